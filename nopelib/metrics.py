@@ -1,0 +1,175 @@
+"""Metrics of the paper: self-cosine similarity, the adjacency score, variance, NRMSE, Pearson R.
+
+The adjacency score of row k (0-based, k >= 2) of a similarity matrix C is the fraction of the
+C(k, 2) pairs of earlier positions i < j < k with C[k, i] < C[k, j] (strictly: ties count as
+not in order), i.e. "the nearer of two earlier positions is the more similar". It is the number
+of strictly ascending pairs of the sequence C[k, 0], ..., C[k, k-1] divided by the number of
+pairs: an inversion count, computed here by a merge sort in O(k log k) per row, so a whole
+T x T matrix costs O(T^2 log T) time and O(T) extra memory per thread.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import torch
+
+ArrayLike = np.ndarray | torch.Tensor
+
+
+def cosine_similarity_matrix(h: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
+    """Self-cosine similarity of the rows of h: [..., T, d] -> [..., T, T].
+
+    C[..., i, j] = h_i . h_j / (|h_i| |h_j|); a zero row gives zero similarities.
+    """
+    if h.dim() < 2:
+        raise ValueError(f"h must have shape [..., T, d]; got {tuple(h.shape)}")
+    unit = h / h.norm(dim=-1, keepdim=True).clamp_min(eps)
+    return unit @ unit.transpose(-2, -1)
+
+
+def embedding_variance(h: ArrayLike) -> ArrayLike:
+    """Chi et al.'s variance feature: the (population) variance of each hidden-state vector
+    across its d feature dimensions. [..., T, d] -> [..., T]."""
+    if isinstance(h, torch.Tensor):
+        return h.var(dim=-1, unbiased=False)
+    return np.asarray(h).var(axis=-1)
+
+
+# Blocks of this many elements are insertion-sorted and counted directly before merging.
+_BASE = 8
+
+
+@numba.njit(cache=True, nogil=True)
+def _ascending_pairs(values: np.ndarray, a: np.ndarray, b: np.ndarray) -> int:
+    """Number of pairs i < j with values[i] < values[j]; a and b are scratch of the same length.
+
+    Bottom-up merge sort: when two sorted runs merge, each element of the right run is paired
+    with the left-run elements (all earlier in the original order) that are strictly smaller,
+    and those are exactly the left elements already emitted when it is taken.
+    """
+    n = values.shape[0]
+    count = 0
+    for lo in range(0, n, _BASE):
+        hi = min(lo + _BASE, n)
+        for j in range(lo, hi):
+            v = values[j]
+            for i in range(lo, j):
+                if values[i] < v:
+                    count += 1
+            p = j  # insert v into the sorted a[lo:j]
+            while p > lo and a[p - 1] > v:
+                a[p] = a[p - 1]
+                p -= 1
+            a[p] = v
+    src, dst = a, b
+    width = _BASE
+    while width < n:
+        for lo in range(0, n, 2 * width):
+            mid = min(lo + width, n)
+            hi = min(lo + 2 * width, n)
+            i, j, o = lo, mid, lo
+            while i < mid and j < hi:  # branch-free merge step
+                x = src[i]
+                y = src[j]
+                left = x < y  # ties take the right element first: a tie is not "in order"
+                dst[o] = x if left else y
+                count += 0 if left else i - lo
+                i += left
+                j += 1 - left
+                o += 1
+            while i < mid:
+                dst[o] = src[i]
+                i += 1
+                o += 1
+            while j < hi:
+                count += mid - lo
+                dst[o] = src[j]
+                j += 1
+                o += 1
+        src, dst = dst, src
+        width *= 2
+    return count
+
+
+@numba.njit(cache=True, parallel=True)
+def _row_scores(C: np.ndarray) -> np.ndarray:
+    """C: [M, T, T] -> [M, T] row scores, NaN for rows 0 and 1."""
+    M, T = C.shape[0], C.shape[1]
+    out = np.full((M, T), np.nan)
+    n_rows = M * (T - 2) if T > 2 else 0
+    for task in numba.prange(n_rows):
+        m = task % M
+        r = task // M
+        # zig-zag over rows (2, T-1, 3, T-2, ...): row k costs k log k, and this order gives
+        # every thread of the static split the same work
+        k = 2 + r // 2 if r % 2 == 0 else T - 1 - r // 2
+        a = np.empty(k, dtype=C.dtype)
+        b = np.empty(k, dtype=C.dtype)
+        out[m, k] = _ascending_pairs(C[m, k, :k], a, b) / (k * (k - 1) // 2)
+    return out
+
+
+def _as_matrices(C: ArrayLike) -> np.ndarray:
+    arr = C.detach().cpu().numpy() if isinstance(C, torch.Tensor) else np.asarray(C)
+    if arr.ndim < 2 or arr.shape[-1] != arr.shape[-2]:
+        raise ValueError(f"C must have shape [..., T, T]; got {arr.shape}")
+    if arr.shape[-1] < 3:
+        raise ValueError(f"C must have T >= 3 (rows k >= 2 have earlier pairs); got T={arr.shape[-1]}")
+    if arr.dtype not in (np.float32, np.float64):
+        arr = arr.astype(np.float64)
+    return arr
+
+
+def adjacency_row_scores(C: ArrayLike) -> np.ndarray:
+    """Per-row adjacency scores: [..., T, T] -> [..., T], NaN for rows k = 0 and 1."""
+    arr = _as_matrices(C)
+    T = arr.shape[-1]
+    flat = np.ascontiguousarray(arr.reshape(-1, T, T))
+    return _row_scores(flat).reshape(arr.shape[:-1])
+
+
+def adjacency_score(C: ArrayLike) -> np.ndarray:
+    """Adjacency probability score of each matrix: [..., T, T] -> [...] (a 0-d array for one
+    matrix). The mean of the row scores over rows k >= 2; 0.5 is random, 1.0 a perfect pattern."""
+    return np.nanmean(adjacency_row_scores(C), axis=-1)
+
+
+def adjacency_score_reference(C: ArrayLike) -> np.ndarray:
+    """The definition as a plain loop, O(T^3): for tests and as the benchmark's reference."""
+    arr = _as_matrices(C)
+    T = arr.shape[-1]
+    flat = arr.reshape(-1, T, T)
+    scores = np.empty(len(flat))
+    for m, mat in enumerate(flat):
+        rows = []
+        for k in range(2, T):
+            ordered = sum(mat[k, i] < mat[k, j] for j in range(k) for i in range(j))
+            rows.append(ordered / (k * (k - 1) / 2))
+        scores[m] = np.mean(rows)
+    return scores.reshape(arr.shape[:-2])
+
+
+def nrmse(pred: ArrayLike, true: ArrayLike) -> float:
+    """Root-mean-square error divided by the standard deviation of ``true``.
+
+    With this normaliser, always predicting the mean position scores 1.0 and a perfect
+    prediction 0.0, so values near 1 mean "no better than chance".
+    """
+    p, t = np.asarray(pred, dtype=np.float64).ravel(), np.asarray(true, dtype=np.float64).ravel()
+    if p.shape != t.shape or p.size == 0:
+        raise ValueError(f"pred and true need the same non-zero size; got {p.size} and {t.size}")
+    std = t.std()
+    if std == 0:
+        raise ValueError("true is constant; NRMSE is undefined")
+    return float(np.sqrt(np.mean((p - t) ** 2)) / std)
+
+
+def pearson_r(pred: ArrayLike, true: ArrayLike) -> float:
+    """Pearson correlation of pred and true; 0.0 where pred is constant (no information)."""
+    p, t = np.asarray(pred, dtype=np.float64).ravel(), np.asarray(true, dtype=np.float64).ravel()
+    if p.shape != t.shape or p.size < 2:
+        raise ValueError(f"pred and true need the same size >= 2; got {p.size} and {t.size}")
+    if p.std() == 0 or t.std() == 0:
+        return 0.0
+    return float(np.corrcoef(p, t)[0, 1])

@@ -1,0 +1,296 @@
+"""A nanoGPT-style decoder with no positional encoding (NoPE) by default.
+
+Pre-LayerNorm blocks (causal self-attention, then a GELU MLP, each added to the residual
+stream), a final LayerNorm and a language-model head tied to the token embedding, as in
+Karpathy's nanoGPT. Position encodings ("learned", "sinusoidal", "rope", "alibi") and
+bidirectional attention exist only as controls for the experiments.
+
+Two attention paths compute the same function: ``fused`` (``scaled_dot_product_attention``,
+used for training) and ``explicit`` (softmax of QK^T written out, used for analysis because it
+can return the attention weights). ``hidden_states`` and ``attention_weights`` use the explicit
+path.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from nopelib.tasks import VOCAB
+
+POS_ENCODINGS = ("none", "learned", "sinusoidal", "rope", "alibi")
+INIT_TARGETS = ("embedding", "all")
+ATTN_IMPLS = ("fused", "explicit")
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    n_layer: int = 6  # transformer blocks
+    n_head: int = 6  # attention heads per block
+    n_embd: int = 384  # width of the residual stream
+    vocab_size: int = len(VOCAB)  # the shared character vocabulary of the four tasks
+    block_size: int = 64  # longest sequence; every task needs at most MAX_SEQ_LEN = 39
+    bias: bool = True  # biases in Linear layers and LayerNorms, as in GPT-2
+    dropout: float = 0.0
+    pos_encoding: str = "none"  # one of POS_ENCODINGS; "none" is the paper's NoPE model
+    causal: bool = True  # False gives a bidirectional control model
+    init_mean: float = 0.0  # mean of the initial weights that init_target names
+    init_std: float = 0.02  # their standard deviation (nanoGPT's 0.02)
+    init_target: str = "embedding"  # "embedding": only the token embedding; "all": every weight
+
+    def __post_init__(self) -> None:
+        for name in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} must be a positive integer")
+        if self.n_embd % self.n_head:
+            raise ValueError(
+                f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}"
+            )
+        if self.pos_encoding not in POS_ENCODINGS:
+            raise ValueError(f"pos_encoding={self.pos_encoding!r} is unknown; allowed: {POS_ENCODINGS}")
+        if self.pos_encoding == "rope" and (self.n_embd // self.n_head) % 2:
+            raise ValueError(f"pos_encoding='rope' needs an even head size; got {self.n_embd // self.n_head}")
+        if self.init_target not in INIT_TARGETS:
+            raise ValueError(f"init_target={self.init_target!r} is unknown; allowed: {INIT_TARGETS}")
+        if not (self.init_std > 0 and math.isfinite(self.init_std)):
+            raise ValueError(f"init_std={self.init_std!r} must be a positive finite number")
+        if not math.isfinite(self.init_mean):
+            raise ValueError(f"init_mean={self.init_mean!r} must be finite")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout={self.dropout!r} must be in [0, 1)")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def sinusoidal_table(T: int, d: int, device: torch.device | None = None) -> torch.Tensor:
+    """The fixed sine/cosine position table of Vaswani et al.: [T, d]."""
+    pos = torch.arange(T, device=device, dtype=torch.float32)[:, None]  # [T, 1]
+    freq = torch.exp(torch.arange(0, d, 2, device=device, dtype=torch.float32) * (-math.log(10000.0) / d))
+    table = torch.zeros(T, d, device=device)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq[: d // 2])
+    return table
+
+
+def rope_rotate(x: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding of queries or keys x: [B, H, T, hs] -> same shape."""
+    T, hs = x.shape[-2], x.shape[-1]
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, hs, 2, device=x.device, dtype=torch.float32) / hs))
+    angles = torch.arange(T, device=x.device, dtype=torch.float32)[:, None] * inv_freq  # [T, hs/2]
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    out = torch.empty_like(x)
+    out[..., 0::2] = x1 * cos - x2 * sin
+    out[..., 1::2] = x1 * sin + x2 * cos
+    return out
+
+
+def alibi_bias(n_head: int, T: int, causal: bool, device: torch.device | None = None) -> torch.Tensor:
+    """ALiBi's linear distance penalty (Press et al.): [H, T, T], slope 2^(-8h/H) per head."""
+    slopes = torch.tensor([2 ** (-8 * (h + 1) / n_head) for h in range(n_head)], device=device)
+    pos = torch.arange(T, device=device)
+    dist = (pos[None, :] - pos[:, None]).float()  # j - i: <= 0 for the keys a causal query sees
+    dist = dist if causal else -dist.abs()
+    return slopes[:, None, None] * dist  # [H, T, T]
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.n_head = config.n_head
+        self.n_embd = config.n_embd
+        self.causal = config.causal
+        self.pos_encoding = config.pos_encoding
+        self.dropout = config.dropout
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)  # q, k, v
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.attn_dropout = nn.Dropout(config.dropout)
+        self.resid_dropout = nn.Dropout(config.dropout)
+
+    def forward(
+        self, x: torch.Tensor, attn_impl: str = "fused", weights_out: list | None = None
+    ) -> torch.Tensor:
+        B, T, C = x.shape  # batch, time, channels
+        hs = C // self.n_head
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        q = q.view(B, T, self.n_head, hs).transpose(1, 2)  # [B, H, T, hs]
+        k = k.view(B, T, self.n_head, hs).transpose(1, 2)
+        v = v.view(B, T, self.n_head, hs).transpose(1, 2)
+        if self.pos_encoding == "rope":
+            q, k = rope_rotate(q), rope_rotate(k)
+        bias = alibi_bias(self.n_head, T, self.causal, x.device).to(q.dtype) if self.pos_encoding == "alibi" else None
+
+        if attn_impl == "fused" and weights_out is None:
+            y = F.scaled_dot_product_attention(
+                q, k, v,
+                attn_mask=self._fused_mask(bias, T, x.device),
+                dropout_p=self.dropout if self.training else 0.0,
+                is_causal=self.causal and bias is None,
+            )
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # [B, H, T, T]
+            if bias is not None:
+                att = att + bias
+            if self.causal:
+                mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+                att = att.masked_fill(~mask, float("-inf"))
+            att = F.softmax(att, dim=-1)
+            if weights_out is not None:
+                weights_out.append(att)
+            y = self.attn_dropout(att) @ v  # [B, H, T, hs]
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble the heads
+        return self.resid_dropout(self.c_proj(y))
+
+    def _fused_mask(self, bias: torch.Tensor | None, T: int, device: torch.device) -> torch.Tensor | None:
+        if bias is None or not self.causal:
+            return bias
+        causal = torch.ones(T, T, dtype=torch.bool, device=device).tril()
+        return bias.masked_fill(~causal, float("-inf"))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.gelu = nn.GELU()
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor, attn_impl: str = "fused", weights_out: list | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), attn_impl, weights_out)
+        x = x + self.mlp(self.ln_2(x))
+        return x
+
+
+class GPT(nn.Module):
+    """The decoder. ``GPT(GPTConfig())`` is the paper's 6-layer, 384-wide NoPE base model."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+        self.transformer = nn.ModuleDict(
+            dict(
+                wte=nn.Embedding(config.vocab_size, config.n_embd),
+                drop=nn.Dropout(config.dropout),
+                h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+                ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
+            )
+        )
+        if config.pos_encoding == "learned":
+            self.transformer["wpe"] = nn.Embedding(config.block_size, config.n_embd)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.lm_head.weight = self.transformer.wte.weight  # weight tying, as in nanoGPT
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """nanoGPT's initialisation, with ``init_mean``/``init_std`` applied to ``init_target``.
+
+        Every Linear and Embedding weight starts at N(0, 0.02), biases at 0, residual output
+        projections at N(0, 0.02/sqrt(2 n_layer)). Then ``init_target="embedding"`` redraws the
+        token embedding from N(init_mean, init_std); ``"all"`` draws every weight from it (the
+        residual projections with std init_std/sqrt(2 n_layer)).
+        """
+        cfg = self.config
+        mean, std = (cfg.init_mean, cfg.init_std) if cfg.init_target == "all" else (0.0, 0.02)
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, mean=mean, std=std / math.sqrt(2 * cfg.n_layer))
+            elif p.dim() == 2 and name != "transformer.wte.weight":
+                nn.init.normal_(p, mean=mean, std=std)
+            elif name.endswith(".bias"):
+                nn.init.zeros_(p)
+            elif "ln_" in name:
+                nn.init.ones_(p)
+        nn.init.normal_(self.transformer.wte.weight, mean=cfg.init_mean, std=cfg.init_std)
+
+    def num_params(self) -> int:
+        """Number of parameters, the tied head counted once."""
+        return sum(p.numel() for p in self.parameters())
+
+    def _check_idx(self, idx: torch.Tensor) -> None:
+        if idx.dim() != 2:
+            raise ValueError(f"idx must have shape [batch, time]; got {tuple(idx.shape)}")
+        T = idx.shape[1]
+        if T > self.config.block_size:
+            raise ValueError(f"input length {T} exceeds block_size={self.config.block_size}")
+        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.config.vocab_size):
+            bad = int(idx.min()) if int(idx.min()) < 0 else int(idx.max())
+            raise ValueError(f"token id {bad} is outside the vocabulary [0, {self.config.vocab_size})")
+
+    def _embed(self, idx: torch.Tensor) -> torch.Tensor:
+        T = idx.shape[1]
+        x = self.transformer.wte(idx)  # [B, T, C]
+        if self.config.pos_encoding == "learned":
+            x = x + self.transformer.wpe(torch.arange(T, device=idx.device))
+        elif self.config.pos_encoding == "sinusoidal":
+            x = x + sinusoidal_table(T, self.config.n_embd, idx.device).to(x.dtype)
+        return x
+
+    def _run(
+        self, idx: torch.Tensor, attn_impl: str, states: list | None = None, weights: list | None = None
+    ) -> torch.Tensor:
+        if attn_impl not in ATTN_IMPLS:
+            raise ValueError(f"attn_impl={attn_impl!r} is unknown; allowed: {ATTN_IMPLS}")
+        self._check_idx(idx)
+        x = self.transformer.drop(self._embed(idx))
+        if states is not None:
+            states.append(x)
+        for block in self.transformer.h:
+            x = block(x, attn_impl, weights)
+            if states is not None:
+                states.append(x)
+        return self.transformer.ln_f(x)
+
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None, attn_impl: str = "fused"
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logits [B, T, vocab] at every position, and the mean cross-entropy over the targets
+        that are not IGNORE_INDEX (None without targets)."""
+        logits = self.lm_head(self._run(idx, attn_impl))
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-100)
+        return logits, loss
+
+    def hidden_states(self, idx: torch.Tensor) -> torch.Tensor:
+        """Residual stream at every layer: [n_layer + 1, B, T, n_embd].
+
+        Index 0 is the token embedding (plus the position encoding, if any) that enters block 1;
+        index l is the residual stream after block l. Computed with the explicit attention path.
+        """
+        states: list[torch.Tensor] = []
+        self._run(idx, "explicit", states=states)
+        return torch.stack(states)
+
+    def attention_weights(self, idx: torch.Tensor) -> torch.Tensor:
+        """Attention probabilities of every layer and head: [n_layer, B, n_head, T, T]."""
+        weights: list[torch.Tensor] = []
+        self._run(idx, "explicit", weights=weights)
+        return torch.stack(weights)
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+        """Greedy continuation of every row of idx [B, T]: [B, T + max_new_tokens]."""
+        for _ in range(max_new_tokens):
+            logits, _ = self(idx)
+            idx = torch.cat([idx, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+        return idx
