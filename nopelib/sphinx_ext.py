@@ -1,8 +1,10 @@
-"""Sphinx extension of the book: serves plotly.js from the book itself, never from a CDN.
+"""Sphinx extension of the book: plotly figures render from the book itself, never a CDN.
 
-Figures drawn by ``nopelib.viz`` are HTML divs that call the page's ``Plotly`` global; this
-extension copies the installed plotly package's ``plotly.min.js`` into ``_static`` and adds it
-to every page's head, so the built book works with no network.
+Figures drawn by ``nopelib.viz`` carry two outputs: plotly JSON for live front ends and an
+HTML div that calls the page's ``Plotly`` global. This extension copies the installed plotly
+package's ``plotly.min.js`` into ``_static`` and adds it to every page's head, so the built
+book works with no network; ``PlotlyJSONPlugin`` (a MyST-NB mime renderer registered in
+pyproject.toml) tells MyST-NB that the JSON output is deliberately not rendered.
 """
 
 from __future__ import annotations
@@ -11,9 +13,23 @@ import shutil
 from pathlib import Path
 
 import plotly
+from docutils import nodes
 from sphinx.application import Sphinx
 
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+
+
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+
+
+class PlotlyJSONPlugin:
+    """MyST-NB mime plugin: the static book draws the HTML twin, never the plotly JSON."""
+
+    mime_priority_overrides = [("*", PLOTLY_MIME, None)]
+
+    @staticmethod
+    def handle_mime(renderer: object, data: object, inline: bool) -> list[nodes.Element] | None:
+        return [] if getattr(data, "mime_type", None) == PLOTLY_MIME else None
 
 
 def _copy_plotly(app: Sphinx, exc: Exception | None) -> None:
@@ -23,7 +39,21 @@ def _copy_plotly(app: Sphinx, exc: Exception | None) -> None:
         shutil.copyfile(PLOTLY_JS, static / "plotly.min.js")
 
 
+def _dedupe_scripts(app: Sphinx, pagename: str, templatename: str, context: dict, doctree: object) -> None:
+    """Drops repeated script tags: sphinx-thebe registers its inline config once per build
+    phase, and a second ``const THEBE_JS_URL`` is a console error on every page."""
+    seen, unique = set(), []
+    for script in context.get("script_files", []):
+        # the repeat is registered with filename "" instead of None: compare what is emitted
+        key = (getattr(script, "filename", script) or "", repr(sorted(getattr(script, "attributes", {}).items())))
+        if key not in seen:
+            seen.add(key)
+            unique.append(script)
+    context["script_files"] = unique
+
+
 def setup(app: Sphinx) -> dict:
     app.add_js_file("plotly.min.js", priority=100)
     app.connect("build-finished", _copy_plotly)
+    app.connect("html-page-context", _dedupe_scripts)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

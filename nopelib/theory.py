@@ -1,0 +1,238 @@
+"""Closed forms of the averaging effect, and a residual-stream model of the layer-1 score.
+
+Positions are 1-based in every formula here (position k averages the value vectors 1..k).
+
+The averaging effect: with uniform causal attention the output at position k is
+a_k = (1/k) sum_{m<=k} u_m. For i.i.d. zero-mean u_m with E|u|^2 = s^2,
+E<a_i, a_j> = s^2 / max(i, j), E|a_k|^2 = s^2 / k, so cos(a_i, a_j) ~ sqrt(min/max) for large d.
+
+The residual stream (past the paper): after block 1, h_k ~ e_{t_k} + a_k, the token's embedding
+plus the averaged term (the MLP of block 1 is left out; the chapter measures what that costs).
+Tokens repeat in task inputs, so both terms are written with the token ids t_k: the same token
+has the same embedding and the same value vector at every position. With rho = |e| / |u|, the
+expected Gram matrix of the h_k, in units of s^2, is
+
+    K_ab = rho^2 [t_a = t_b] + n_ab / (a b),   n_ab = #{(l, l'): l <= a, l' <= b, t_l = t_l'},
+
+and for distinct tokens K_ab = rho^2 [a = b] + 1/max(a, b). The expected cosines are ordered
+perfectly for every rho; what fades the pattern is noise: at finite width d, the empirical
+Gram matrix scatters around K. Treating the d coordinates as i.i.d. Gaussian with covariance
+K/d gives Cov(G_ab, G_ce) = (K_ac K_be + K_ae K_bc)/d, and a first-order (delta-method)
+expansion of C_kj - C_ki turns each comparison of the adjacency score into a probability
+Phi(mean / std). ``predicted_score`` averages those probabilities exactly as the metric averages
+its comparisons.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+from nopelib.hooks import capture_activations
+
+LN_EPS = 1e-5  # torch.nn.LayerNorm's default epsilon, used by every LayerNorm of the model
+
+
+def _check_positive_int(name: str, value: int) -> None:
+    if not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name}={value!r} must be a positive integer")
+
+
+def _positions(T: int) -> np.ndarray:
+    _check_positive_int("T", T)
+    return np.arange(1, T + 1, dtype=np.float64)
+
+
+def uniform_cosine_matrix(T: int) -> np.ndarray:
+    """Expected cosine of uniform-attention outputs, sqrt(min(i,j)/max(i,j)): [T, T]."""
+    p = _positions(T)
+    return np.sqrt(np.minimum.outer(p, p) / np.maximum.outer(p, p))
+
+
+def expected_inner_product(T: int, s2: float = 1.0) -> np.ndarray:
+    """E<a_i, a_j> = s2 / max(i, j) for i.i.d. zero-mean value vectors with E|u|^2 = s2: [T, T].
+
+    The diagonal is E|a_k|^2 = s2 / k: Chi et al.'s 1/k shrinkage is the same formula.
+    """
+    p = _positions(T)
+    return s2 / np.maximum.outer(p, p)
+
+
+def expected_sq_norm(T: int, s2: float = 1.0) -> np.ndarray:
+    """E|a_k|^2 = s2 / k for k = 1..T: [T]."""
+    return s2 / _positions(T)
+
+
+def coincidence_counts(tokens: Sequence[int]) -> np.ndarray:
+    """n_ab = number of (l <= a, l' <= b) with t_l = t_l': [T, T] (1-based a, b).
+
+    For distinct tokens n_ab = min(a, b); each repeat adds the pairs of equal tokens.
+    """
+    t = np.asarray(tokens)
+    if t.ndim != 1 or t.size == 0:
+        raise ValueError(f"tokens must be a non-empty 1-D sequence; got shape {t.shape}")
+    same = (t[:, None] == t[None, :]).astype(np.float64)  # [T, T]
+    return same.cumsum(0).cumsum(1)
+
+
+def averaged_gram(tokens: Sequence[int]) -> np.ndarray:
+    """E<a_a, a_b> / s^2 = n_ab / (a b) when equal tokens share a value vector: [T, T]."""
+    n = coincidence_counts(tokens)
+    p = _positions(n.shape[0])
+    return n / np.outer(p, p)
+
+
+def residual_gram(tokens: Sequence[int], rho: float) -> np.ndarray:
+    """Expected Gram matrix of h_k = e_{t_k} + a_k in units of s^2: [T, T].
+
+    rho = |e| / |u|: the embedding norm over the norm of one (projected) value vector.
+    """
+    if not (rho >= 0 and math.isfinite(rho)):
+        raise ValueError(f"rho={rho!r} must be a finite number >= 0")
+    t = np.asarray(tokens)
+    return rho**2 * (t[:, None] == t[None, :]) + averaged_gram(tokens)
+
+
+def residual_cosine(i: np.ndarray | int, j: np.ndarray | int, rho: float) -> np.ndarray:
+    """Expected cosine of h_i and h_j for distinct tokens (large d), 1-based positions.
+
+    cos = (1/max) / sqrt((rho^2 + 1/i)(rho^2 + 1/j)) for i != j, and 1 for i == j; at rho = 0
+    it is sqrt(min/max), and it falls like 1/(rho^2 max) for large rho.
+    """
+    i, j = np.asarray(i, dtype=np.float64), np.asarray(j, dtype=np.float64)
+    if np.any(i < 1) or np.any(j < 1):
+        raise ValueError("positions i, j are 1-based and must be >= 1")
+    off = (1 / np.maximum(i, j)) / np.sqrt((rho**2 + 1 / i) * (rho**2 + 1 / j))
+    return np.where(i == j, 1.0, off)
+
+
+def simulate_averaged(n_draws: int, T: int, d: int, seed: int = 0, mean: float = 0.0,
+                      tokens: Sequence[int] | None = None) -> np.ndarray:
+    """Monte Carlo of uniform causal attention: a_k = mean of u_1..u_k, [n_draws, T, d].
+
+    Each u has i.i.d. N(mean, 1/d) coordinates (E|u|^2 = 1 when mean = 0). With ``tokens``,
+    equal tokens share one value vector, as they do in a model.
+    """
+    for name, value in (("n_draws", n_draws), ("T", T), ("d", d)):
+        _check_positive_int(name, value)
+    rng = np.random.default_rng(seed)
+    if tokens is None:
+        u = rng.normal(mean, 1 / math.sqrt(d), size=(n_draws, T, d))
+    else:
+        t = np.asarray(tokens)
+        if t.shape != (T,):
+            raise ValueError(f"tokens must have length T={T}; got shape {t.shape}")
+        _, ids = np.unique(t, return_inverse=True)
+        table = rng.normal(mean, 1 / math.sqrt(d), size=(n_draws, ids.max() + 1, d))
+        u = table[:, ids]  # [n_draws, T, d]
+    return u.cumsum(axis=1) / _positions(T)[None, :, None]
+
+
+def value_scale(sigma: float | np.ndarray, s_inf: float, eps: float = LN_EPS) -> np.ndarray:
+    """Norm of one projected value vector for embedding std sigma: s_inf sigma / sqrt(sigma^2 + eps).
+
+    ln_1 divides by sqrt(var + eps), so for sigma^2 >> eps the value vectors do not depend on
+    sigma (s = s_inf); for sigma^2 ~ eps = 1e-5 (sigma ~ 3e-3) and below they shrink with it.
+    """
+    sigma = np.asarray(sigma, dtype=np.float64)
+    return s_inf * sigma / np.sqrt(sigma**2 + eps)
+
+
+def embedding_ratio(sigma: float | np.ndarray, s_inf: float, d: int, eps: float = LN_EPS) -> np.ndarray:
+    """rho = |e| / |u| = sigma sqrt(d) / value_scale(sigma): the residual's token term over the
+    averaged term's per-token scale. It tends to sqrt(d eps)/s_inf as sigma -> 0, not to 0."""
+    _check_positive_int("d", d)
+    return np.asarray(sigma, dtype=np.float64) * math.sqrt(d) / value_scale(sigma, s_inf, eps)
+
+
+@lru_cache(maxsize=64)
+def _triples(T: int) -> np.ndarray:
+    """All (k, i, j) with i < j < k, k >= 2 (0-based): [N, 3]."""
+    return np.array([(k, i, j) for k in range(2, T) for j in range(k) for i in range(j)], dtype=np.int64)
+
+
+def predicted_row_scores(tokens: Sequence[int], rho: float, d: int) -> np.ndarray:
+    """Gaussian-approximate adjacency row scores of h_k = e_{t_k} + a_k: [T], NaN for rows 0, 1.
+
+    For each comparison (k; i < j) the difference D = C_kj - C_ki is expanded to first order in
+    the Gram fluctuations; its mean is the expected-cosine difference and its variance
+    (2/d) tr(W K W K), W holding D's derivatives. P(D > 0) = Phi(mean / std).
+    """
+    _check_positive_int("d", d)
+    K = residual_gram(tokens, rho)
+    T = K.shape[0]
+    if T < 3:
+        raise ValueError(f"tokens must have length >= 3 (rows k >= 2 have earlier pairs); got {T}")
+    idx = _triples(T)  # [N, 3] as (k, i, j)
+    S = K[idx[:, :, None], idx[:, None, :]]  # [N, 3, 3] Gram on (k, i, j)
+    kk, ii, jj = S[:, 0, 0], S[:, 1, 1], S[:, 2, 2]
+    c_ki = S[:, 0, 1] / np.sqrt(kk * ii)
+    c_kj = S[:, 0, 2] / np.sqrt(kk * jj)
+    W = np.zeros_like(S)  # dD/dG, symmetrised
+    W[:, 0, 1] = W[:, 1, 0] = -0.5 / np.sqrt(kk * ii)
+    W[:, 0, 2] = W[:, 2, 0] = 0.5 / np.sqrt(kk * jj)
+    W[:, 0, 0] = -(c_kj - c_ki) / (2 * kk)
+    W[:, 1, 1] = c_ki / (2 * ii)
+    W[:, 2, 2] = -c_kj / (2 * jj)
+    M = W @ S  # [N, 3, 3]
+    var = 2.0 / d * np.einsum("nab,nba->n", M, M)
+    z = (c_kj - c_ki) / np.sqrt(np.maximum(var, 1e-300))
+    p = torch.special.ndtr(torch.from_numpy(z)).numpy()  # [N]
+    rows = np.full(T, np.nan)
+    k = idx[:, 0]
+    rows[2:] = np.bincount(k, weights=p, minlength=T)[2:] / (np.arange(2, T) * np.arange(1, T - 1) / 2)
+    return rows
+
+
+def predicted_score(token_seqs: Sequence[Sequence[int]], rho: float, d: int) -> float:
+    """Mean predicted adjacency score over sequences (each the mean of its rows k >= 2)."""
+    if len(token_seqs) == 0:
+        raise ValueError("token_seqs must hold at least one sequence")
+    return float(np.mean([np.nanmean(predicted_row_scores(t, rho, d)) for t in token_seqs]))
+
+
+def predict_layer1_score(token_seqs: Sequence[Sequence[int]], sigma: float, s_inf: float, d: int,
+                         eps: float = LN_EPS) -> float:
+    """Predicted layer-1 adjacency score of a random model whose token embedding has std sigma.
+
+    s_inf is the norm of one projected value vector when sigma^2 >> eps (measure it with
+    ``measure_value_scale``); the prediction needs no other measurement.
+    """
+    if not (sigma > 0 and math.isfinite(sigma)):
+        raise ValueError(f"sigma={sigma!r} must be a positive finite number")
+    return predicted_score(token_seqs, float(embedding_ratio(sigma, s_inf, d, eps)), d)
+
+
+def sigma_at_level(sigmas: Sequence[float], scores: Sequence[float], level: float = 0.75) -> float:
+    """The sigma where a decreasing score curve first crosses ``level``, interpolated in log sigma.
+
+    Returns NaN if the curve never crosses it on the grid.
+    """
+    x, y = np.log(np.asarray(sigmas, dtype=np.float64)), np.asarray(scores, dtype=np.float64)
+    if x.shape != y.shape or x.size < 2 or np.any(np.diff(x) <= 0):
+        raise ValueError("sigmas must be increasing, with one score each, at least two points")
+    for n in range(x.size - 1):
+        if y[n] >= level > y[n + 1]:
+            f = (y[n] - level) / (y[n] - y[n + 1])
+            return float(np.exp(x[n] + f * (x[n + 1] - x[n])))
+    return float("nan")
+
+
+@torch.no_grad()
+def measure_value_scale(model: torch.nn.Module, idx: torch.Tensor) -> float:
+    """RMS norm of one projected value vector of block 1, from its attention output.
+
+    Under uniform attention |a_k|^2 = s^2 n_kk / k^2 (repeats counted), so s^2 is estimated as
+    the mean of |a_k|^2 k^2 / n_kk over the batch idx [B, T] (no padding) and all positions.
+    Position 1 alone would be exact (it attends only to itself) but sees only the first token.
+    """
+    with capture_activations(model, ["transformer.h.0.attn"]) as cap:
+        model(idx)
+    a = cap["transformer.h.0.attn"][0].double()  # [B, T, d]
+    k2 = torch.arange(1, idx.shape[1] + 1, dtype=torch.float64) ** 2  # [T]
+    n_kk = torch.stack([torch.from_numpy(np.diag(coincidence_counts(row.tolist()))) for row in idx])  # [B, T]
+    return float(((a.pow(2).sum(-1) * k2 / n_kk).mean()).sqrt())

@@ -1,0 +1,32 @@
+"""The built book in a real browser: headless Chromium, every request outside the book blocked.
+
+Each page must draw all of its plotly figures (an SVG inside every figure div), typeset its
+math, and log no console error, with no request leaving the book.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _toc_pages() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    return [toc["root"]] + [entry["file"] for entry in toc.get("chapters", [])]
+
+
+@pytest.mark.parametrize("page_name", _toc_pages())
+def test_page_draws_offline_without_errors(open_page, page_name: str) -> None:
+    opened = open_page(page_name)
+    n_figures = opened.figures_drawn()
+    if (ROOT / f"{page_name}.ipynb").exists():
+        assert n_figures >= 1, f"{page_name}: no plotly figure on a chapter page"
+    if opened.page.locator("span.math, div.math").count():
+        opened.page.wait_for_selector("mjx-container", timeout=30_000)
+    opened.page.wait_for_timeout(500)  # late console errors (resize handlers, fonts)
+    assert opened.blocked == [], f"{page_name}: requests left the book: {opened.blocked}"
+    assert opened.errors == [], f"{page_name}: console errors: {opened.errors}"
