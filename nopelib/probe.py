@@ -44,11 +44,11 @@ FEATURE_SETS = ("cosine", "variance", "hidden")
 class ProbeConfig:
     """Probe architecture and training; the defaults fit a whole chapter into about a minute."""
 
-    width: int = 64  # units in each of the three hidden layers
-    lr: float = 3e-3  # Adam learning rate (full batch)
-    max_steps: int = 400  # Adam steps at most
+    width: int = 32  # units in each of the three hidden layers
+    lr: float = 1e-2  # Adam learning rate (full batch)
+    max_steps: int = 300  # Adam steps at most
     eval_every: int = 10  # steps between validation checks
-    patience: int = 5  # validation checks without improvement before stopping
+    patience: int = 4  # validation checks without improvement before stopping
     val_frac: float = 0.2  # fraction of the training sequences held out for early stopping
     test_frac: float = 0.3  # fraction of all sequences held out for the test metrics
 

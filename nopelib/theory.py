@@ -234,5 +234,5 @@ def measure_value_scale(model: torch.nn.Module, idx: torch.Tensor) -> float:
         model(idx)
     a = cap["transformer.h.0.attn"][0].double()  # [B, T, d]
     k2 = torch.arange(1, idx.shape[1] + 1, dtype=torch.float64) ** 2  # [T]
-    n_kk = torch.stack([torch.from_numpy(np.diag(coincidence_counts(row.tolist()))) for row in idx])  # [B, T]
+    n_kk = torch.stack([torch.tensor(np.diag(coincidence_counts(row.tolist()))) for row in idx])  # [B, T]
     return float(((a.pow(2).sum(-1) * k2 / n_kk).mean()).sqrt())
