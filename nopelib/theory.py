@@ -236,3 +236,41 @@ def measure_value_scale(model: torch.nn.Module, idx: torch.Tensor) -> float:
     k2 = torch.arange(1, idx.shape[1] + 1, dtype=torch.float64) ** 2  # [T]
     n_kk = torch.stack([torch.tensor(np.diag(coincidence_counts(row.tolist()))) for row in idx])  # [B, T]
     return float(((a.pow(2).sum(-1) * k2 / n_kk).mean()).sqrt())
+
+
+@torch.no_grad()
+def block1_activations(model: torch.nn.Module, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Run only block 1 of a NoPE model on idx [B, T] (no padding) and return its pieces.
+
+    {"embedding": e [B, T, d], "attn_out": a [B, T, d] (captured by a forward hook on
+    ``transformer.h.0.attn``: c_proj's output, before the residual add), "hidden": h1 [B, T, d]
+    (the residual stream after block 1, MLP included), "weights": [B, H, T, T] attention
+    probabilities}. Skipping blocks 2..L makes a sweep over many models affordable.
+    """
+    if model.config.pos_encoding != "none":
+        raise ValueError(f"pos_encoding={model.config.pos_encoding!r}: block1_activations models NoPE only ('none')")
+    e = model.transformer.wte(idx)  # [B, T, d]
+    weights: list[torch.Tensor] = []
+    with capture_activations(model, ["transformer.h.0.attn"]) as cap:
+        h1 = model.transformer.h[0](e, "explicit", weights)
+    return {"embedding": e, "attn_out": cap["transformer.h.0.attn"][0], "hidden": h1, "weights": weights[0]}
+
+
+def block1_scores(model: torch.nn.Module, texts: Sequence[str]) -> np.ndarray:
+    """Layer-1 adjacency score of each text for h = e + a (the model of this module: block 1
+    without its MLP) and for the real h1: [len(texts), 2]. Texts are batched by length."""
+    from nopelib.metrics import adjacency_score, cosine_similarity_matrix
+    from nopelib.tasks import encode_inputs
+
+    by_len: dict[int, list[int]] = {}
+    for n, text in enumerate(texts):
+        by_len.setdefault(len(text), []).append(n)
+    out = np.empty((len(texts), 2))
+    for T, members in by_len.items():
+        if T < 3:
+            raise ValueError(f"texts of length {T} have no row with two earlier positions; need >= 3")
+        idx, _ = encode_inputs([texts[n] for n in members])
+        act = block1_activations(model, idx)
+        states = torch.stack([act["embedding"] + act["attn_out"], act["hidden"]])  # [2, B, T, d]
+        out[members] = adjacency_score(cosine_similarity_matrix(states)).T
+    return out
