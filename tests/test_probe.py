@@ -71,13 +71,16 @@ def test_layer0_is_at_chance(small_states, kind):
     assert abs(res.r) < 0.1, f"{kind}: layer-0 R = {res.r:.3f}"
 
 
-def test_shuffled_targets_are_at_chance_where_true_targets_are_not(small_states):
+def test_shuffled_targets_have_no_skill_where_true_targets_do(small_states):
+    """No skill = NRMSE >= 0.97; R of a near-constant prediction can align by accident. The
+    hidden state is the feature set with a clear layer-1 signal in this small model."""
+    kind = "hidden"
     positions = window_positions(small_states.shape[2], 4)
-    feats = features(small_states[1], "hidden", 4)
+    feats = features(small_states[1], kind, 4)
     real = fit_probe(feats, positions, seed=0)
     control = fit_probe(feats, positions, seed=0, shuffle_targets=True)
-    assert real.r > 0.3, f"layer-1 R = {real.r:.3f}: the control would show nothing"
-    assert abs(control.r) < 0.1, f"shuffled-target R = {control.r:.3f}"
+    assert real.nrmse < 0.95, f"{kind}: layer-1 NRMSE = {real.nrmse:.3f}: the control would show nothing"
+    assert control.nrmse >= 0.97, f"{kind}: shuffled-target NRMSE = {control.nrmse:.3f}"
 
 
 def test_linearly_encoded_position_is_found():

@@ -1,0 +1,132 @@
+"""Tests of the benchmark: the small run produces every section with sane numbers, the ratios
+are computed from the measurements, the references agree with the fast score, the JSON is
+written atomically. Speed is not asserted: CI machines vary."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from nopelib import bench
+from nopelib.metrics import adjacency_score, adjacency_score_reference
+
+SECTIONS = ("meta", "train", "extraction", "adjacency", "probe", "chapters")
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory) -> tuple[dict, dict, object]:
+    """(returned result, result read back from the JSON, the JSON's folder) of one small run."""
+    folder = tmp_path_factory.mktemp("bench")
+    path = folder / "bench.json"
+    result = bench.main(["--small", "--device", "cpu", "--json", str(path)])
+    return result, json.loads(path.read_text()), folder
+
+
+def _positive(x: object, what: str) -> None:
+    assert isinstance(x, (int, float)) and math.isfinite(x) and x > 0, f"{what} = {x!r}"
+
+
+def test_every_section_present_without_errors(small):
+    result, from_json, folder = small
+    assert from_json == result
+    assert [p.name for p in folder.iterdir()] == ["bench.json"]  # no temporary file left behind
+    for name in SECTIONS:
+        assert name in result, name
+    for section in [*result["train"].values(), result["extraction"], result["adjacency"], result["probe"]]:
+        assert "error" not in section, section.get("error")
+    assert result["chapters"]["skipped"] is True and result["chapters"]["rows"] == []
+    meta = result["meta"]
+    assert meta["small"] is True and meta["device"] == "cpu"
+    assert len(meta["loadavg_start"]) == 3 and len(meta["loadavg_end"]) == 3
+    _positive(meta["total_s"], "total_s")
+
+
+def test_train_rows_and_ratios(small):
+    result = small[0]
+    for name, sec in result["train"].items():
+        rows = sec["rows"]
+        assert rows[0]["attn_impl"] == "explicit" and not rows[0]["compile"], "the reference comes first"
+        assert {r["attn_impl"] for r in rows} == {"explicit", "fused"}
+        ref = rows[0]
+        tokens_per_pass = sum(sec["seq_len"].values()) * sec["batch_size"]
+        for r in rows:
+            assert r["status"] == "ok", r
+            for key in ("step_ms", "step_ms_min", "step_ms_max", "tokens_per_s", "speedup"):
+                _positive(r[key], f"{name} {r['name']} {key}")
+            assert r["step_ms_min"] <= r["step_ms"] <= r["step_ms_max"]
+            assert r["speedup"] == pytest.approx(ref["step_ms"] / r["step_ms"], rel=1e-9)
+            assert r["tokens_per_s"] == pytest.approx(
+                tokens_per_pass / (r["step_ms"] / 1000 * sec["steps_per_pass"]), rel=1e-9)
+        assert ref["speedup"] == 1.0
+
+
+def test_extraction_rows_and_ratios(small):
+    ext = small[0]["extraction"]
+    ref = ext["rows"][0]
+    assert ref["name"].startswith("hidden_states")
+    assert {r["name"] for r in ext["rows"]} >= {"forward fused", "forward explicit"}
+    for r in ext["rows"]:
+        for key in ("seq_per_s", "median_s", "min_s", "max_s", "speedup"):
+            _positive(r[key], f"{r['name']} {key}")
+        assert r["seq_per_s"] == pytest.approx(ext["n_sequences"] / r["median_s"], rel=1e-9)
+        assert r["speedup"] == pytest.approx(ref["median_s"] / r["median_s"], rel=1e-9)
+
+
+def test_adjacency_rows_ratios_and_agreement(small):
+    adj = small[0]["adjacency"]
+    assert [r["T"] for r in adj["rows"]] == list(bench.SMALL.adjacency_T)
+    n_layers = bench.SMALL.models[0][1].n_layer + 1
+    compared = {"reference": 0, "vectorised": 0}
+    for r in adj["rows"]:
+        assert r["n_matrices"] == n_layers
+        _positive(r["numba_s"], f"T={r['T']} numba_s")
+        assert 0.0 < r["mean_score"] < 1.0
+        for name in compared:
+            if f"{name}_s" in r:
+                compared[name] += 1
+                _positive(r[f"{name}_s"], f"T={r['T']} {name}_s")
+                assert r[f"speedup_vs_{name}"] == pytest.approx(r[f"{name}_s"] / r["numba_s"], rel=1e-9)
+                assert r[f"max_abs_diff_vs_{name}"] <= 1e-12, (name, r)
+    assert compared["reference"] >= 1 and compared["vectorised"] >= 2
+
+
+def test_probe_rows(small):
+    probe = small[0]["probe"]
+    names = [r["name"] for r in probe["rows"]]
+    assert names[0] == "model_states" and len(names) == 4
+    for r in probe["rows"]:
+        _positive(r["seconds"], r["name"])
+
+
+def test_pairwise_score_matches_the_definition_with_ties():
+    rng = np.random.default_rng(0)
+    C = rng.integers(0, 4, size=(3, 23, 23)).astype(np.float64)  # many exact ties
+    np.testing.assert_allclose(bench.pairwise_score(C, max_elements=2000), adjacency_score_reference(C), atol=1e-12)
+    np.testing.assert_allclose(bench.pairwise_score(C), adjacency_score(C), atol=1e-12)
+
+
+def test_write_json_is_atomic(tmp_path):
+    path = tmp_path / "out.json"
+    bench.write_json({"a": 1}, path)
+    with pytest.raises(ValueError):  # NaN is refused: the old file must survive intact
+        bench.write_json({"a": float("nan")}, path)
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_toc_chapters_are_notebooks_in_the_toc():
+    chapters = bench.toc_chapters()
+    toc = (bench.ROOT / "_toc.yml").read_text()
+    for path in chapters:
+        assert path.suffix == ".ipynb" and path.is_file()
+        assert f"book/{path.stem}" in toc
+
+
+def test_bad_device_is_refused():
+    with pytest.raises(SystemExit):
+        bench.main(["--small", "--device", "tpu"])
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="device"):
+            bench.run(small=True, device="cuda")

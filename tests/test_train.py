@@ -1,0 +1,274 @@
+"""Tests of nopelib.train: determinism, evaluation, the run cache and its atomic commit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.nn as nn
+
+import nopelib.train as tr
+from nopelib.model import GPT, GPTConfig
+from nopelib.tasks import EOS_ID, VOCAB, encode, get_task, make_split
+
+TINY = replace(
+    tr.PROFILES["quick"], name="tiny", model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
+    steps=12, batch_size=8, warmup_steps=3, n_train=96, n_test=40, n_eval=40,
+    eval_batch_size=16, log_every=5, seeds=(0,),
+)
+
+
+@pytest.fixture(autouse=True)
+def _cache_in_tmp(tmp_path, monkeypatch):
+    monkeypatch.setenv(tr.CACHE_ENV, str(tmp_path / "cache"))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """The tiny models here are overhead-bound: one thread is as fast and does not contend."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _same(a: nn.Module, b: nn.Module) -> bool:
+    wa, wb = _weights(a), _weights(b)
+    return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+# --- training ---------------------------------------------------------------------------------
+
+def test_training_is_deterministic_on_cpu_and_changes_the_weights():
+    cpu = torch.device("cpu")
+    m1, met1 = tr.train("reversal", 3, TINY, cpu, progress=False)
+    m2, met2 = tr.train("reversal", 3, TINY, cpu, progress=False)
+    assert _same(m1, m2)
+    assert met1["loss_curve"] == met2["loss_curve"]
+    torch.manual_seed(3)
+    assert not _same(m1, GPT(TINY.model))  # training moved the weights away from the init
+    m3, _ = tr.train("reversal", 4, TINY, cpu, progress=False)
+    assert not _same(m1, m3)  # another seed, another run
+
+
+def test_training_lowers_the_loss():
+    prof = replace(TINY, steps=60, log_every=20)
+    _, met = tr.train("addition", 0, prof, torch.device("cpu"), progress=False)
+    assert len(met["loss_curve"]) == 3
+    assert met["loss_curve"][-1] < 0.9 * met["loss_curve"][0], met["loss_curve"]
+    assert met["steps"] == 60 and met["tokens_per_s"] > 0 and met["step_ms"] > 0
+
+
+def test_learning_rate_schedule():
+    p = replace(TINY, steps=100, warmup_steps=10, lr=1e-3, min_lr_ratio=0.1)
+    assert p.lr_at(0) == pytest.approx(1e-4)
+    assert p.lr_at(9) == pytest.approx(1e-3)
+    assert p.lr_at(99) == pytest.approx(1e-4, rel=1e-2)
+    lrs = [p.lr_at(s) for s in range(10, 100)]
+    assert all(a >= b for a, b in zip(lrs, lrs[1:]))  # cosine decay never rises
+
+
+# --- evaluation -------------------------------------------------------------------------------
+
+class OracleModel(nn.Module):
+    """Answers with the task's oracle; ``wrong(text)`` says which inputs it answers badly, and
+    ``no_eos`` makes it continue with a digit where the end token belongs."""
+
+    def __init__(self, task: str, wrong=lambda text: False, no_eos: bool = False):
+        super().__init__()
+        self.config = GPTConfig()
+        self.dummy = nn.Parameter(torch.zeros(1))
+        self.task, self.wrong, self.no_eos = get_task(task), wrong, no_eos
+
+    def forward(self, idx: torch.Tensor):
+        B, T = idx.shape
+        logits = torch.zeros(B, T, len(VOCAB))
+        for b, row in enumerate(idx.tolist()):
+            text = "".join(VOCAB[i] for i in row)
+            prompt, sofar = text[: text.index("=") + 1], text[text.index("=") + 1:]
+            answer = self.task.solve(prompt)
+            if self.wrong(prompt):
+                answer = answer[:-1] + str((int(answer[-1]) + 1) % 10)
+            if len(sofar) < len(answer):
+                nxt = encode(answer[len(sofar)])[0]
+            else:
+                nxt = encode("7")[0] if self.no_eos else EOS_ID
+            logits[b, -1, nxt] = 1.0
+        return logits, None
+
+
+def test_evaluate_exact_match_counts_only_exact_answers():
+    pairs = make_split("addition", 0, n_train=0, n_test=60).test
+    assert len({len(x) for x, _ in pairs}) > 1  # several input lengths: exercises the grouping
+    assert tr.evaluate(OracleModel("addition"), pairs, batch_size=7) == 1.0
+    assert tr.evaluate(OracleModel("addition", no_eos=True), pairs, batch_size=7) == 0.0
+    wrong = lambda text: text[0] in "13579"  # noqa: E731
+    expected = sum(not wrong(x) for x, _ in pairs) / len(pairs)
+    assert 0 < expected < 1
+    assert tr.evaluate(OracleModel("addition", wrong=wrong), pairs, batch_size=7) == pytest.approx(expected)
+
+
+def test_evaluate_untrained_model_scores_low():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32)).eval()
+    pairs = make_split("reversal", 0, n_train=0, n_test=100).test
+    assert tr.evaluate(model, pairs, batch_size=32) < 0.05
+
+
+def test_evaluate_rejects_empty_pairs_and_bad_batch():
+    with pytest.raises(ValueError, match="pairs"):
+        tr.evaluate(OracleModel("addition"), [])
+    with pytest.raises(ValueError, match="batch_size=0"):
+        tr.evaluate(OracleModel("addition"), [("1+2=", "3")], batch_size=0)
+
+
+# --- the cache --------------------------------------------------------------------------------
+
+def test_cache_hit_returns_the_same_model_and_metrics(tmp_path):
+    first = tr.train_or_load("indexing", 0, TINY, device="cpu", progress=False)
+    second = tr.train_or_load("indexing", 0, TINY, device="cpu", progress=False)
+    assert not first.from_cache and second.from_cache
+    assert _same(first.model, second.model)
+    assert first.metrics == second.metrics
+    assert 0.0 <= first.metrics["accuracy"] <= 1.0 and first.metrics["n_test"] == TINY.n_eval
+    assert not second.model.training and next(second.model.parameters()).device.type == "cpu"
+    assert (tmp_path / "cache" / "runs" / first.metrics["key"] / "model.safetensors").is_file()
+    # the seed list is not part of a run's key
+    assert tr.train_or_load("indexing", 0, replace(TINY, seeds=(0, 1)), device="cpu", progress=False).from_cache
+
+
+@pytest.mark.parametrize("change", ["seed", "task", "lr", "model", "source"])
+def test_cache_miss_when_the_key_changes(change, monkeypatch):
+    tr.train_or_load("ordering", 0, TINY, device="cpu", progress=False)
+    task, seed, prof = "ordering", 0, TINY
+    if change == "seed":
+        seed = 1
+    elif change == "task":
+        task = "addition"
+    elif change == "lr":
+        prof = replace(TINY, lr=TINY.lr / 2)
+    elif change == "model":
+        prof = replace(TINY, model=replace(TINY.model, init_std=0.03))
+    else:
+        monkeypatch.setattr(tr, "source_hash", lambda: "edited source")
+    assert not tr.train_or_load(task, seed, prof, device="cpu", progress=False).from_cache
+
+
+def test_a_run_whose_recorded_key_differs_is_not_loaded(tmp_path):
+    run = tr.train_or_load("reversal", 0, TINY, device="cpu", progress=False)
+    metrics_path = tmp_path / "cache" / "runs" / run.metrics["key"] / "metrics.json"
+    metrics = json.loads(metrics_path.read_text())
+    metrics["key"] = "0" * 32
+    metrics_path.write_text(json.dumps(metrics))
+    assert not tr.train_or_load("reversal", 0, TINY, device="cpu", progress=False).from_cache
+
+
+def test_source_hash_covers_every_module():
+    names = {p.name for p in tr._PACKAGE_DIR.glob("*.py")}
+    assert {"model.py", "tasks.py", "train.py"} <= names
+    assert len(tr.source_hash()) == 64
+
+
+def test_exception_mid_training_leaves_nothing(tmp_path, monkeypatch):
+    real_lr_at = tr.TrainProfile.lr_at
+
+    def failing_lr_at(self, step):
+        if step == 6:
+            raise RuntimeError("interrupted")
+        return real_lr_at(self, step)
+
+    monkeypatch.setattr(tr.TrainProfile, "lr_at", failing_lr_at)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        tr.train_or_load("addition", 0, TINY, device="cpu", progress=False)
+    runs = tmp_path / "cache" / "runs"
+    assert not runs.exists() or not any(runs.iterdir())
+    monkeypatch.undo()
+    monkeypatch.setenv(tr.CACHE_ENV, str(tmp_path / "cache"))
+    assert not tr.train_or_load("addition", 0, TINY, device="cpu", progress=False).from_cache
+
+
+def test_process_killed_while_writing_leaves_nothing_loadable(tmp_path):
+    """A child process trains, starts writing, and is SIGKILLed after the weights are on disk
+    but before the commit: the parent must retrain, not load the half-written run."""
+    cache = tmp_path / "cache"
+    script = textwrap.dedent(f"""
+        import os, signal
+        from dataclasses import replace
+        import nopelib.train as tr
+        from nopelib.model import GPTConfig
+        tiny = replace(tr.PROFILES["quick"], name="tiny", model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
+                       steps=12, batch_size=8, warmup_steps=3, n_train=96, n_test=40, n_eval=40,
+                       eval_batch_size=16, log_every=5, seeds=(0,))
+        real_save = tr.save_model
+        def save_then_die(model, path):
+            real_save(model, path)
+            os.kill(os.getpid(), signal.SIGKILL)
+        tr.save_model = save_then_die
+        tr.train_or_load("addition", 0, tiny, device="cpu", cache_dir={str(cache)!r}, progress=False)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+    assert proc.returncode == -9, proc.stderr.decode()[-2000:]
+    leftovers = list((cache / "runs").iterdir())
+    assert leftovers and all(p.name.startswith(".tmp-") for p in leftovers)  # partial, uncommitted
+    assert any((p / "model.safetensors").is_file() for p in leftovers)
+    run = tr.train_or_load("addition", 0, TINY, device="cpu", cache_dir=cache, progress=False)
+    assert not run.from_cache
+    assert tr.train_or_load("addition", 0, TINY, device="cpu", cache_dir=cache, progress=False).from_cache
+
+
+def test_cache_dir_resolution(tmp_path, monkeypatch):
+    assert tr.resolve_cache_dir(tmp_path / "x") == tmp_path / "x"
+    assert tr.resolve_cache_dir() == tmp_path / "cache"
+    monkeypatch.delenv(tr.CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert tr.resolve_cache_dir() == tmp_path / "xdg" / "nopelib"
+
+
+# --- profiles, devices and bad input ----------------------------------------------------------
+
+def test_profiles():
+    assert set(tr.PROFILES) == {"quick", "paper"}
+    assert tr.PROFILES["paper"].model == GPTConfig()
+    assert len(tr.PROFILES["paper"].seeds) == 5
+    assert tr.PROFILES["paper"].n_eval == tr.PROFILES["paper"].n_test
+    with pytest.raises(ValueError, match="warmup_steps"):
+        replace(TINY, warmup_steps=TINY.steps + 1)
+
+
+def test_resolve_device():
+    assert tr.resolve_device("cpu") == torch.device("cpu")
+    expected = "cuda" if torch.cuda.is_available() else None
+    if expected is None and getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        expected = "mps"
+    assert tr.resolve_device("auto").type == (expected or "cpu")
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(task="division"), r"task='division'.*addition"),
+        (dict(profile="huge"), r"profile='huge'.*paper.*quick"),
+        (dict(device="tpu"), r"device='tpu'.*auto"),
+        (dict(seed=-1), r"seed=-1"),
+    ],
+)
+def test_bad_inputs_name_the_value_and_the_allowed_ones(kwargs, match):
+    args = dict(task="addition", seed=0, profile=TINY, device="cpu", progress=False) | kwargs
+    with pytest.raises(ValueError, match=match):
+        tr.train_or_load(**args)
+
+
+def test_unavailable_device_is_refused():
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    with pytest.raises(ValueError, match="not available"):
+        tr.resolve_device("cuda")
