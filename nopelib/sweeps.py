@@ -19,7 +19,7 @@ import torch
 
 from nopelib.analysis import layer_scores, random_model, sample_inputs, similarity_matrices
 from nopelib.metrics import adjacency_score, cosine_similarity_matrix
-from nopelib.model import GPTConfig
+from nopelib.model import GPT, GPTConfig
 from nopelib.tasks import TASKS, encode_inputs, get_task
 
 
@@ -47,10 +47,33 @@ def config_scores(
         for seed in seeds:
             model = random_model(config, seed=seed)
             texts = [t for task in TASKS for t in sample_inputs(task, inputs_per_task, seed=seed)]
-            scores = layer_scores(model, texts).mean(0)  # [n_layer + 1]: equal inputs per task
+            scores = batch_layer_scores(model, texts).mean(0)  # [n_layer + 1]: equal inputs per task
             rows += [dict(fields, seed=seed, layer=layer, score=s) for layer, s in enumerate(scores)]
             del model
     return pd.DataFrame(rows)
+
+
+@torch.no_grad()
+def batch_layer_scores(model: GPT, texts: list[str]) -> np.ndarray:
+    """``layer_scores`` in one forward pass: [len(texts), n_layer + 1].
+
+    In a causal model the state at position i depends only on positions <= i, so right padding
+    never reaches a text's own positions and one padded batch gives every text's states exactly
+    (up to float rounding). A bidirectional model lets padding in, so it falls back to
+    ``layer_scores``, which batches by length.
+    """
+    if not model.config.causal:
+        return layer_scores(model, texts)
+    idx, lengths = encode_inputs(texts)  # [B, T_max] right-padded, [B]
+    states = model.hidden_states(idx.to(next(model.parameters()).device)).float().cpu()  # [L+1, B, T_max, d]
+    scores = np.empty((len(texts), model.config.n_layer + 1))
+    for T in sorted(set(lengths.tolist())):
+        if T < 3:
+            raise ValueError(f"texts of length {T} have no row with two earlier positions; need >= 3")
+        members = (lengths == T).nonzero().flatten()
+        C = cosine_similarity_matrix(states[:, members, :T])  # [L+1, b, T, T]
+        scores[members.numpy()] = adjacency_score(C).T
+    return scores
 
 
 def mean_std_table(scores: pd.DataFrame, by: Sequence[str], digits: int = 3) -> pd.DataFrame:

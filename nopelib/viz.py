@@ -107,3 +107,54 @@ def score_lines(
     fig.update_layout(title=title, xaxis_title="layer (0 = token embeddings)",
                       yaxis_title="adjacency score", yaxis_range=list(yrange), height=420)
     return fig
+
+
+def heatmap_two_sliders(
+    frames: dict[tuple[object, object], np.ndarray],
+    names: tuple[str, str],
+    notes: dict[tuple[object, object], str] | None = None,
+    labels: Sequence[str] | None = None,
+    zmin: float = -1.0,
+    zmax: float = 1.0,
+    title: str = "",
+) -> go.Figure:
+    """One heatmap with two independent sliders over precomputed matrices ``frames[a, b]``.
+
+    A plotly slider step cannot read the other slider's position, so the figure holds one trace
+    per value of ``b`` and the sliders touch different properties: the ``b`` slider sets which
+    trace is visible, the ``a`` slider rewrites every trace's matrix (and colour-bar title, which
+    carries ``notes[a, b]``) to that value of ``a``. Either order of moves shows ``frames[a, b]``.
+    ``names`` label the two sliders; every (a, b) pair must be present. The step matrices are
+    plain nested lists: plotly.js does not decode plotly.py's base64 arrays inside slider args.
+    """
+    a_keys = list(dict.fromkeys(a for a, _ in frames))
+    b_keys = list(dict.fromkeys(b for _, b in frames))
+    missing = [(a, b) for a in a_keys for b in b_keys if (a, b) not in frames]
+    if missing:
+        raise ValueError(f"frames lacks the pairs {missing}; every (a, b) combination is needed")
+    notes = notes or {}
+    ticks = list(labels) if labels is not None else None
+
+    def bar_title(a: object, b: object) -> str:
+        return f"cos<br>{notes[a, b]}" if (a, b) in notes else "cos"
+
+    a0 = a_keys[0]
+    fig = go.Figure(
+        [go.Heatmap(z=np.asarray(frames[a0, b]), x=ticks, y=ticks, zmin=zmin, zmax=zmax,
+                    colorscale=HEATMAP_SCALE, visible=j == 0, colorbar=dict(title=dict(text=bar_title(a0, b))),
+                    name=f"{names[1]} {b}")
+         for j, b in enumerate(b_keys)]
+    )
+    a_steps = [dict(method="restyle", label=str(a),
+                    args=[{"z": [np.asarray(frames[a, b]).round(4).tolist() for b in b_keys],
+                           "colorbar.title.text": [bar_title(a, b) for b in b_keys]}])
+               for a in a_keys]
+    b_steps = [dict(method="restyle", label=str(b), args=[{"visible": [k == j for k in range(len(b_keys))]}])
+               for j, b in enumerate(b_keys)]
+    fig.update_layout(
+        title=title,
+        sliders=[dict(active=0, steps=a_steps, currentvalue=dict(prefix=f"{names[0]}: "), pad=dict(t=30), y=0),
+                 dict(active=0, steps=b_steps, currentvalue=dict(prefix=f"{names[1]}: "), pad=dict(t=30), y=-0.22)],
+        height=680, margin=dict(b=160), yaxis=dict(autorange="reversed", scaleanchor="x"),
+    )
+    return fig

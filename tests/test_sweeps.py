@@ -1,0 +1,94 @@
+"""Sweeps over random models: shapes and columns of the frames, agreement with the plain paths."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from nopelib.analysis import layer_scores, random_model, sample_inputs, similarity_matrices
+from nopelib.metrics import adjacency_score, cosine_similarity_matrix
+from nopelib.model import GPTConfig
+from nopelib.sweeps import (batch_layer_scores, config_scores, length_scores, long_sequence, mean_std_table,
+                            slider_frames)
+from nopelib.tasks import TASKS, encode_inputs
+
+TINY = GPTConfig(n_layer=2, n_head=2, n_embd=32)
+
+
+def _texts() -> list[str]:
+    return [t for task in TASKS for t in sample_inputs(task, 3, seed=1)]
+
+
+def test_batch_layer_scores_equals_scoring_by_length() -> None:
+    model = random_model(TINY, seed=3)
+    texts = _texts()
+    np.testing.assert_allclose(batch_layer_scores(model, texts), layer_scores(model, texts), atol=1e-12)
+
+
+def test_batch_layer_scores_bidirectional_falls_back() -> None:
+    model = random_model(TINY, seed=3, causal=False)
+    texts = _texts()
+    np.testing.assert_array_equal(batch_layer_scores(model, texts), layer_scores(model, texts))
+
+
+def test_config_scores_columns_and_values() -> None:
+    overrides = [dict(init_std=0.02), dict(init_std=0.2)]
+    frame = config_scores(overrides, [0, 1], 2, base=TINY)
+    assert list(frame.columns) == ["init_std", "seed", "layer", "score"]
+    assert len(frame) == 2 * 2 * (TINY.n_layer + 1)
+    model = random_model(TINY, seed=1, init_std=0.2)
+    texts = [t for task in TASKS for t in sample_inputs(task, 2, seed=1)]
+    expected = layer_scores(model, texts).mean(0)
+    got = frame[(frame.init_std == 0.2) & (frame.seed == 1)].sort_values("layer").score.to_numpy()
+    np.testing.assert_allclose(got, expected, atol=1e-12)
+
+
+@pytest.mark.parametrize("kwargs, name", [(dict(inputs_per_task=0, seeds=[0]), "inputs_per_task"),
+                                          (dict(inputs_per_task=1, seeds=[]), "seeds")])
+def test_config_scores_rejects_bad_input(kwargs: dict, name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        config_scores([{}], base=TINY, **kwargs)
+
+
+def test_mean_std_table_formats_mean_and_std() -> None:
+    import pandas as pd
+    frame = pd.DataFrame(dict(cfg=["a"] * 4, seed=[0, 1, 0, 1], layer=[0, 0, 1, 1], score=[0.4, 0.6, 0.9, 0.9]))
+    table = mean_std_table(frame, ["cfg"])
+    assert table.loc["a", 0] == "0.500 ± 0.141"
+    assert table.loc["a", 1] == "0.900 ± 0.000"
+
+
+def test_long_sequence_is_task_text_of_the_length() -> None:
+    s = long_sequence(300, seed=2)
+    assert len(s) == 300 and s == long_sequence(300, seed=2) != long_sequence(300, seed=3)
+    assert s.count("=") >= 300 // 22  # at least one task input per maximal input length
+    encode_inputs([s])  # every character is in the vocabulary
+    with pytest.raises(ValueError, match="length"):
+        long_sequence(2)
+
+
+def test_length_scores_prefixes_equal_separate_runs() -> None:
+    frame, seconds = length_scores([8, 40], [0], base=TINY)
+    assert seconds >= 0 and sorted(frame.length.unique()) == [8, 40]
+    model = random_model(TINY, seed=0, block_size=40)
+    for T in (8, 40):
+        idx, _ = encode_inputs([long_sequence(40, 0)[:T]])
+        with torch.no_grad():
+            C = cosine_similarity_matrix(model.hidden_states(idx)[:, 0])
+        got = frame[frame.length == T].sort_values("layer").score.to_numpy()
+        np.testing.assert_allclose(got, adjacency_score(C), atol=1e-6)
+
+
+def test_length_scores_rejects_bidirectional() -> None:
+    with pytest.raises(ValueError, match="causal"):
+        length_scores([8], [0], base=GPTConfig(n_layer=1, n_head=1, n_embd=8, causal=False))
+
+
+def test_slider_frames_match_similarity_matrices() -> None:
+    text = "rev(1234)="
+    frames, scores = slider_frames(text, [0.02, 0.2], seed=0, base=TINY)
+    assert set(frames) == {(s, l) for s in (0.02, 0.2) for l in range(TINY.n_layer + 1)}
+    mats = similarity_matrices(random_model(TINY, seed=0, init_std=0.2), text)
+    np.testing.assert_allclose(frames[0.2, 1], mats[1])
+    assert scores[0.2, 1] == pytest.approx(float(adjacency_score(mats[1])))
