@@ -26,7 +26,7 @@ def test_page_draws_offline_without_errors(open_page, page_name: str) -> None:
     if (ROOT / f"{page_name}.ipynb").exists():
         assert n_figures >= 1, f"{page_name}: no plotly figure on a chapter page"
     if opened.page.locator("span.math, div.math").count():
-        opened.page.wait_for_selector("mjx-container", timeout=30_000)
+        opened.page.wait_for_selector("mjx-container", state="attached", timeout=30_000)
     opened.page.wait_for_timeout(500)  # late console errors (resize handlers, fonts)
     assert opened.blocked == [], f"{page_name}: requests left the book: {opened.blocked}"
     assert opened.errors == [], f"{page_name}: console errors: {opened.errors}"

@@ -172,10 +172,31 @@ def test_a_run_whose_recorded_key_differs_is_not_loaded(tmp_path):
     assert not tr.train_or_load("reversal", 0, TINY, device="cpu", progress=False).from_cache
 
 
-def test_source_hash_covers_every_module():
-    names = {p.name for p in tr._PACKAGE_DIR.glob("*.py")}
-    assert {"model.py", "tasks.py", "train.py"} <= names
-    assert len(tr.source_hash()) == 64
+def test_source_hash_follows_the_training_sources_only(tmp_path, monkeypatch):
+    pkg = tmp_path / "nopelib"
+    pkg.mkdir()
+    for name in (*tr.TRAINING_SOURCES, "viz.py"):
+        (pkg / name).write_bytes((tr._PACKAGE_DIR / name).read_bytes())
+    monkeypatch.setattr(tr, "_PACKAGE_DIR", pkg)
+    original = tr.source_hash()
+    assert len(original) == 64
+    (pkg / "viz.py").write_text("# plotting code cannot change a trained model\n")
+    assert tr.source_hash() == original
+    with (pkg / "model.py").open("a") as f:
+        f.write("\n# any edit to a training source\n")
+    assert tr.source_hash() != original
+
+
+def test_train_many_in_parallel_matches_one_by_one(tmp_path):
+    runs = [("reversal", 0), ("indexing", 1)]
+    parallel = tr.train_many(runs, TINY, device="cpu", cache_dir=tmp_path / "a", workers=2)
+    for task, seed in runs:
+        alone = tr.train_or_load(task, seed, TINY, device="cpu", cache_dir=tmp_path / "b", progress=False)
+        assert not alone.from_cache and parallel[task, seed].from_cache
+        assert _same(parallel[task, seed].model, alone.model)
+        assert parallel[task, seed].metrics["accuracy"] == alone.metrics["accuracy"]
+    with pytest.raises(ValueError, match="task='sort'"):
+        tr.train_many([("sort", 0)], TINY, cache_dir=tmp_path / "c")
 
 
 def test_exception_mid_training_leaves_nothing(tmp_path, monkeypatch):
