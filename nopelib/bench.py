@@ -16,8 +16,13 @@ Sections of the JSON (and of the printed table):
 - ``adjacency``: ``metrics.adjacency_score`` on all n_layer + 1 similarity matrices of one
   sequence, for T = 32 ... 4096; against the plain-loop definition for small T and a vectorised
   O(T^3) pairwise comparison for mid T, which must agree exactly.
+- ``evaluation``: exact-match accuracy of the quick model on test pairs of every task, by
+  token-by-token greedy decoding (``nopelib.train.greedy_accuracy``, the reference) against one
+  teacher-forced pass per batch (``nopelib.train.evaluate``); the two accuracies must agree.
 - ``probe``: hidden-state extraction and one probe fit per feature set (``nopelib.probe``).
-- ``chapters``: wall time of executing each chapter of ``_toc.yml`` with its defaults.
+- ``chapters``: wall time of executing each chapter of ``_toc.yml`` with its defaults, first
+  with the results cache off (``NOPELIB_MEMO=0``: every study computed), then twice with it on;
+  the second of those is a rerun that reads the studies from ``nopelib.memo``.
 
 Timings are medians over repeats after a warm-up; the spread is the min and max of the repeats.
 """
@@ -46,7 +51,8 @@ import torch
 from nopelib.metrics import adjacency_score, adjacency_score_reference, cosine_similarity_matrix
 from nopelib.model import GPT, GPTConfig
 from nopelib.tasks import CHARS, TASKS, encode_batch, encode_inputs, make_split
-from nopelib.train import PROFILES, resolve_device
+from nopelib.memo import MEMO_ENV
+from nopelib.train import PROFILES, evaluate, greedy_accuracy, resolve_device
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,6 +75,7 @@ class Sizes:
     probe_T: int  # their length
     probe_w: int  # feature window
     probe_max_steps: int
+    eval_n: int  # test pairs per task for the evaluation timings
     chapters: bool
 
 
@@ -79,6 +86,7 @@ FULL = Sizes(
     adjacency_T=(32, 64, 128, 256, 512, 1024, 2048, 4096), adjacency_repeats=3,
     reference_max_T=64, vectorised_max_T=256,
     probe_n=512, probe_T=64, probe_w=8, probe_max_steps=300,
+    eval_n=1000,
     chapters=True,
 )
 SMALL = Sizes(
@@ -88,6 +96,7 @@ SMALL = Sizes(
     adjacency_T=(32, 64, 128, 256), adjacency_repeats=2,
     reference_max_T=32, vectorised_max_T=64,
     probe_n=40, probe_T=16, probe_w=4, probe_max_steps=20,
+    eval_n=24,
     chapters=False,
 )
 
@@ -359,6 +368,32 @@ def bench_probe(config: GPTConfig, sizes: Sizes) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
+# evaluation
+
+
+def bench_evaluation(sizes: Sizes, device: torch.device) -> dict:
+    """Seconds to score ``eval_n`` test pairs per task with the quick profile's model, greedy
+    decoding token by token (reference) against teacher forcing (``evaluate``), as a training
+    run does after its last step. The model is freshly initialised: it never emits the end
+    token early, so greedy decoding runs every answer to full length, as it does on a model
+    that has not finished learning."""
+    prof = PROFILES["quick"]
+    torch.manual_seed(0)
+    model = GPT(prof.model).to(device).eval()
+    rows = []
+    for task in TASKS:
+        pairs = make_split(task, 0, n_train=0, n_test=sizes.eval_n).test
+        acc = {"greedy": greedy_accuracy(model, pairs, prof.eval_batch_size),
+               "teacher-forced": evaluate(model, pairs, prof.eval_batch_size)}
+        ref = time_call(lambda: greedy_accuracy(model, pairs, prof.eval_batch_size), 1, device)
+        fast = time_call(lambda: evaluate(model, pairs, prof.eval_batch_size), 3, device)
+        rows.append({"task": task, "greedy_s": ref["median_s"], "teacher_forced_s": fast["median_s"],
+                     "speedup": _ratio(ref["median_s"], fast["median_s"]),
+                     "accuracy_greedy": acc["greedy"], "accuracy_teacher_forced": acc["teacher-forced"]})
+    return {"config": prof.model.to_dict(), "n_pairs": sizes.eval_n, "rows": rows}
+
+
+# ---------------------------------------------------------------------------------------------
 # chapters
 
 
@@ -368,23 +403,41 @@ def toc_chapters(toc: Path = ROOT / "_toc.yml") -> list[Path]:
     return [ROOT / f"{f}.ipynb" for f in files if (ROOT / f"{f}.ipynb").is_file()]
 
 
-def bench_chapters(timeout_s: int = 3600) -> dict:
-    """Wall time of executing each chapter with its default parameters, cwd = book/."""
+def _execute(path: Path, timeout_s: int, memo_on: bool) -> tuple[float, str]:
+    """Wall seconds and status of executing one notebook, cwd = its folder."""
     import nbclient
     import nbformat
 
+    nb = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(nb, timeout=timeout_s, kernel_name="python3",
+                                     resources={"metadata": {"path": str(path.parent)}})
+    previous = os.environ.get(MEMO_ENV)
+    os.environ[MEMO_ENV] = "1" if memo_on else "0"  # the kernel inherits this environment
+    start = time.perf_counter()
+    try:
+        client.execute()
+        status = "ok"
+    except Exception as exc:
+        status = f"failed: {type(exc).__name__}: {str(exc).strip().splitlines()[-1][:200]}"
+    finally:
+        if previous is None:
+            os.environ.pop(MEMO_ENV, None)
+        else:
+            os.environ[MEMO_ENV] = previous
+    return time.perf_counter() - start, status
+
+
+def bench_chapters(timeout_s: int = 3600) -> dict:
+    """Wall time of executing each chapter with its default parameters: every study computed
+    (results cache off), then a rerun with the studies read from the results cache."""
     rows = []
     for path in toc_chapters():
-        nb = nbformat.read(path, as_version=4)
-        client = nbclient.NotebookClient(nb, timeout=timeout_s, kernel_name="python3",
-                                         resources={"metadata": {"path": str(path.parent)}})
-        start = time.perf_counter()
-        try:
-            client.execute()
-            status = "ok"
-        except Exception as exc:
-            status = f"failed: {type(exc).__name__}: {str(exc).strip().splitlines()[-1][:200]}"
-        rows.append({"chapter": path.stem, "wall_s": time.perf_counter() - start, "status": status})
+        computed_s, status = _execute(path, timeout_s, memo_on=False)
+        fill_s, fill_status = _execute(path, timeout_s, memo_on=True)  # fills the results cache
+        rerun_s, rerun_status = _execute(path, timeout_s, memo_on=True)
+        bad = [s for s in (status, fill_status, rerun_status) if s != "ok"]
+        rows.append({"chapter": path.stem, "wall_s": computed_s, "fill_s": fill_s, "rerun_s": rerun_s,
+                     "speedup": _ratio(computed_s, rerun_s), "status": bad[0] if bad else "ok"})
     return {"note": "trained runs come from the nopelib run cache when it is warm", "rows": rows}
 
 
@@ -426,6 +479,7 @@ def run(small: bool = False, device: str = "auto", chapters: bool | None = None)
                        for name, cfg in sizes.models}
     result["extraction"] = _guarded("extraction", lambda: bench_extraction(base, sizes, dev))
     result["adjacency"] = _guarded("adjacency", lambda: bench_adjacency(base, sizes))
+    result["evaluation"] = _guarded("evaluation", lambda: bench_evaluation(sizes, dev))
     result["probe"] = _guarded("probe", lambda: bench_probe(base, sizes))
     skipped = {"skipped": True, "rows": [], "section_s": 0.0}
     result["chapters"] = _guarded("chapters", bench_chapters) if do_chapters else skipped
@@ -485,6 +539,14 @@ def format_table(result: dict) -> str:
             out.append(f"{r['T']:5d} {r['numba_s']:9.4f} {_fmt(r.get('reference_s'), '10.3f')} "
                        f"{_fmt(r.get('speedup_vs_reference'), '8.0f')} {_fmt(r.get('vectorised_s'), '12.3f')} "
                        f"{_fmt(r.get('speedup_vs_vectorised'), '8.0f')} {r['mean_score']:6.3f}")
+    ev = result["evaluation"]
+    out.append(f"\n[evaluation: quick model, {ev.get('n_pairs')} test pairs per task]")
+    if "error" in ev:
+        out.append(ev["error"])
+    else:
+        out.append(f"{'task':12s} {'greedy s':>9s} {'teacher-forced s':>17s} {'speed-up':>9s} {'accuracies':>12s}")
+        out += [f"{r['task']:12s} {r['greedy_s']:9.3f} {r['teacher_forced_s']:17.4f} {r['speedup']:8.1f}x "
+                f"{r['accuracy_greedy']:.3f}/{r['accuracy_teacher_forced']:.3f}" for r in ev["rows"]]
     pr = result["probe"]
     out.append(f"\n[probe: {pr.get('n_sequences')} sequences of T={pr.get('T')}, window {pr.get('w')}, layer 1]")
     if "error" in pr:
@@ -499,7 +561,9 @@ def format_table(result: dict) -> str:
     elif ch.get("skipped"):
         out.append("skipped")
     else:
-        out += [f"{r['chapter']:40s} {r['wall_s']:8.1f} s  {r['status']}" for r in ch["rows"]]
+        out.append(f"{'chapter':24s} {'computed s':>10s} {'fill s':>8s} {'rerun s':>8s} {'speed-up':>9s}")
+        out += [f"{r['chapter']:24s} {r['wall_s']:10.1f} {r['fill_s']:8.1f} {r['rerun_s']:8.1f} "
+                f"{r['speedup']:8.1f}x  {r['status']}" for r in ch["rows"]]
     out.append(f"\ntotal {m.get('total_s', 0):.1f} s")
     return "\n".join(out)
 

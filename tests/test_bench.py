@@ -4,6 +4,7 @@ written atomically. Speed is not asserted: CI machines vary."""
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ import torch
 from nopelib import bench
 from nopelib.metrics import adjacency_score, adjacency_score_reference
 
-SECTIONS = ("meta", "train", "extraction", "adjacency", "probe", "chapters")
+SECTIONS = ("meta", "train", "extraction", "adjacency", "evaluation", "probe", "chapters")
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,8 @@ def test_every_section_present_without_errors(small):
     assert [p.name for p in folder.iterdir()] == ["bench.json"]  # no temporary file left behind
     for name in SECTIONS:
         assert name in result, name
-    for section in [*result["train"].values(), result["extraction"], result["adjacency"], result["probe"]]:
+    for section in [*result["train"].values(), result["extraction"], result["adjacency"], result["evaluation"],
+                    result["probe"]]:
         assert "error" not in section, section.get("error")
     assert result["chapters"]["skipped"] is True and result["chapters"]["rows"] == []
     meta = result["meta"]
@@ -98,6 +100,36 @@ def test_probe_rows(small):
     assert names[0] == "model_states" and len(names) == 4
     for r in probe["rows"]:
         _positive(r["seconds"], r["name"])
+
+
+def test_evaluation_rows_agree_and_ratios(small):
+    ev = small[0]["evaluation"]
+    assert [r["task"] for r in ev["rows"]] == ["addition", "reversal", "indexing", "ordering"]
+    for r in ev["rows"]:
+        _positive(r["greedy_s"], f"{r['task']} greedy_s")
+        _positive(r["teacher_forced_s"], f"{r['task']} teacher_forced_s")
+        assert r["speedup"] == pytest.approx(r["greedy_s"] / r["teacher_forced_s"], rel=1e-9)
+        assert r["accuracy_greedy"] == r["accuracy_teacher_forced"]
+
+
+def test_chapter_execution_passes_the_results_cache_switch(tmp_path, monkeypatch):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "import os\n"
+        f"assert os.environ['{bench.MEMO_ENV}'] == os.environ['EXPECTED'], os.environ['{bench.MEMO_ENV}']")]
+    path = tmp_path / "chapter.ipynb"
+    nbformat.write(nb, path)
+    monkeypatch.delenv(bench.MEMO_ENV, raising=False)
+    for memo_on, expected in ((False, "0"), (True, "1")):
+        monkeypatch.setenv("EXPECTED", expected)
+        seconds, status = bench._execute(path, timeout_s=120, memo_on=memo_on)
+        assert status == "ok" and seconds > 0
+    assert bench.MEMO_ENV not in os.environ  # restored after each execution
+    monkeypatch.setenv("EXPECTED", "1")
+    _, status = bench._execute(path, timeout_s=120, memo_on=False)
+    assert status.startswith("failed: "), status  # the switch really reached the kernel
 
 
 def test_pairwise_score_matches_the_definition_with_ties():

@@ -80,8 +80,9 @@ def test_learning_rate_schedule():
 # --- evaluation -------------------------------------------------------------------------------
 
 class OracleModel(nn.Module):
-    """Answers with the task's oracle; ``wrong(text)`` says which inputs it answers badly, and
-    ``no_eos`` makes it continue with a digit where the end token belongs."""
+    """Answers with the task's oracle at every position after the "="; ``wrong(text)`` says which
+    inputs it answers badly, and ``no_eos`` makes it continue with a digit where the end token
+    belongs."""
 
     def __init__(self, task: str, wrong=lambda text: False, no_eos: bool = False):
         super().__init__()
@@ -94,27 +95,43 @@ class OracleModel(nn.Module):
         logits = torch.zeros(B, T, len(VOCAB))
         for b, row in enumerate(idx.tolist()):
             text = "".join(VOCAB[i] for i in row)
-            prompt, sofar = text[: text.index("=") + 1], text[text.index("=") + 1:]
-            answer = self.task.solve(prompt)
-            if self.wrong(prompt):
+            end = text.index("=") + 1
+            answer = self.task.solve(text[:end])
+            if self.wrong(text[:end]):
                 answer = answer[:-1] + str((int(answer[-1]) + 1) % 10)
-            if len(sofar) < len(answer):
-                nxt = encode(answer[len(sofar)])[0]
-            else:
-                nxt = encode("7")[0] if self.no_eos else EOS_ID
-            logits[b, -1, nxt] = 1.0
+            for t in range(end - 1, T):  # position t has seen text[:t + 1]
+                n = t + 1 - end  # answer characters already in the prefix
+                if n < len(answer):
+                    nxt = encode(answer[n])[0]
+                else:
+                    nxt = encode("7")[0] if self.no_eos else EOS_ID
+                logits[b, t, nxt] = 1.0
         return logits, None
 
 
 def test_evaluate_exact_match_counts_only_exact_answers():
     pairs = make_split("addition", 0, n_train=0, n_test=60).test
     assert len({len(x) for x, _ in pairs}) > 1  # several input lengths: exercises the grouping
-    assert tr.evaluate(OracleModel("addition"), pairs, batch_size=7) == 1.0
-    assert tr.evaluate(OracleModel("addition", no_eos=True), pairs, batch_size=7) == 0.0
     wrong = lambda text: text[0] in "13579"  # noqa: E731
     expected = sum(not wrong(x) for x, _ in pairs) / len(pairs)
     assert 0 < expected < 1
-    assert tr.evaluate(OracleModel("addition", wrong=wrong), pairs, batch_size=7) == pytest.approx(expected)
+    for accuracy in (tr.evaluate, tr.greedy_accuracy):
+        assert accuracy(OracleModel("addition"), pairs, batch_size=7) == 1.0
+        assert accuracy(OracleModel("addition", no_eos=True), pairs, batch_size=7) == 0.0
+        assert accuracy(OracleModel("addition", wrong=wrong), pairs, batch_size=7) == pytest.approx(expected)
+
+
+def test_teacher_forced_evaluation_equals_greedy_decoding():
+    # a briefly trained model gets some answers right and some wrong, some only in their tail
+    prof = replace(TINY, model=GPTConfig(n_layer=2, n_head=2, n_embd=32), steps=300, lr=3e-3,
+                   n_train=2000, log_every=100)
+    model, _ = tr.train("reversal", 0, prof, torch.device("cpu"), progress=False)
+    pairs = make_split("reversal", 1, n_train=0, n_test=300).test
+    reference = tr.greedy_accuracy(model, pairs, batch_size=64)
+    assert 0 < reference < 1, reference  # some answers right, some wrong
+    assert tr.evaluate(model, pairs, batch_size=64) == reference
+    for pair in pairs[:40]:  # row by row: the same verdict on every single pair
+        assert tr.evaluate(model, [pair]) == tr.greedy_accuracy(model, [pair])
 
 
 def test_evaluate_untrained_model_scores_low():
@@ -125,10 +142,13 @@ def test_evaluate_untrained_model_scores_low():
 
 
 def test_evaluate_rejects_empty_pairs_and_bad_batch():
-    with pytest.raises(ValueError, match="pairs"):
-        tr.evaluate(OracleModel("addition"), [])
-    with pytest.raises(ValueError, match="batch_size=0"):
-        tr.evaluate(OracleModel("addition"), [("1+2=", "3")], batch_size=0)
+    for accuracy in (tr.evaluate, tr.greedy_accuracy):
+        with pytest.raises(ValueError, match="pairs"):
+            accuracy(OracleModel("addition"), [])
+        with pytest.raises(ValueError, match="batch_size=0"):
+            accuracy(OracleModel("addition"), [("1+2=", "3")], batch_size=0)
+    with pytest.raises(ValueError, match="causal"):
+        tr.evaluate(GPT(GPTConfig(n_layer=1, n_head=1, n_embd=8, causal=False)), [("1+2=", "3")])
 
 
 # --- the cache --------------------------------------------------------------------------------
