@@ -10,7 +10,8 @@ Sections of the JSON (and of the printed table):
 - ``train``: one optimizer step (forward, loss on the answer tokens, backward, gradient
   clipping, AdamW) on real task batches, one batch per task cut to its longest row as
   ``nopelib.train`` does. Reference: explicit attention, eager. Fast paths: fused SDPA attention,
-  with and without ``torch.compile``; on CUDA also fused AdamW with bf16 autocast.
+  alone, with fused AdamW, and with ``torch.compile``; on CUDA also fused AdamW with bf16
+  autocast.
 - ``extraction``: sequences/s of ``GPT.hidden_states`` (the analysis path, explicit attention)
   against a no-grad forward with fused and with explicit attention.
 - ``adjacency``: ``metrics.adjacency_score`` on all n_layer + 1 similarity matrices of one
@@ -153,7 +154,7 @@ def task_batches(batch_size: int, seed: int = 0) -> dict[str, tuple[torch.Tensor
 
 def _optimizer(model: GPT, fused: bool) -> torch.optim.AdamW:
     """AdamW as ``nopelib.train`` builds it (decay on matrices only, the paper profile's
-    hyperparameters); ``fused`` selects the single-kernel CUDA implementation."""
+    hyperparameters); ``fused`` selects the single-kernel implementation (CPU or CUDA)."""
     prof = PROFILES["paper"]
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": prof.weight_decay},
@@ -173,7 +174,8 @@ class TrainVariant:
 def train_variants(device: torch.device, compile: bool) -> list[TrainVariant]:
     """The reference first, then the fast paths that exist on ``device``."""
     out = [TrainVariant("eager explicit (ref)", "explicit", False, False, False),
-           TrainVariant("fused SDPA", "fused", False, False, False)]
+           TrainVariant("fused SDPA", "fused", False, False, False),
+           TrainVariant("fused SDPA + AdamW fused", "fused", False, True, False)]
     if compile:
         out.append(TrainVariant("fused SDPA + compile", "fused", True, False, False))
     if device.type == "cuda":

@@ -1,18 +1,24 @@
 """Fixtures for the browser tests: the built book served on loopback, and headless Chromium.
 
-``book_url`` builds the book (incrementally: executed notebooks come from the jupyter-cache,
-so after the README's build command this costs seconds) and serves ``_build/html`` on
-loopback. ``open_page`` opens a page with every request outside the book blocked and console
-errors recorded.
+When a session collects a test that needs the book, the book build (``jupyter-book build``,
+incremental: executed notebooks come from the jupyter-cache, so after the README's build
+command it costs seconds) starts at once in a subprocess, and the tests are ordered so that it
+runs while the unit tests do: unit tests, then the browser tests (which wait for the build),
+then the nbval cells, which find the trained runs and studies the build computed in the
+nopelib caches. ``book_url`` serves ``_build/html`` on loopback; ``open_page`` opens a page with
+every request outside the book blocked and console errors recorded.
 """
 
 from __future__ import annotations
 
 import functools
 import http.server
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,11 +35,57 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+class BookBuild:
+    """``jupyter-book build`` of the repository in its own process group, started at most once."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.log = None
+
+    def start(self) -> None:
+        if self.proc is None:
+            self.log = tempfile.TemporaryFile()
+            jb = Path(sys.executable).with_name("jupyter-book")
+            self.proc = subprocess.Popen([str(jb), "build", str(ROOT)], cwd=ROOT, stdout=self.log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait(self) -> None:
+        self.start()
+        code = self.proc.wait()
+        if code:
+            self.log.seek(0)
+            tail = self.log.read()[-6000:].decode(errors="replace")
+            pytest.fail(f"jupyter-book build failed with exit code {code}; its output ends:\n{tail}")
+
+    def stop(self) -> None:
+        """Ends a build still running (a session stopped early), kernels and workers included."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=60)
+
+
+BUILD = BookBuild()
+
+
+def _order(item: pytest.Item) -> int:
+    if item.path.suffix == ".ipynb":
+        return 2  # nbval cells last: the build has filled the caches they read
+    return 1 if "book_url" in getattr(item, "fixturenames", ()) else 0
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=_order)  # stable: each notebook's cells keep their order
+    if any(_order(item) == 1 for item in items):
+        BUILD.start()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    BUILD.stop()
+
+
 @pytest.fixture(scope="session")
 def book_url() -> Iterator[str]:
-    jb = Path(sys.executable).with_name("jupyter-book")
-    subprocess.run([str(jb), "build", str(ROOT)], check=True, cwd=ROOT,
-                   stdout=subprocess.DEVNULL)
+    BUILD.wait()
     handler = functools.partial(QuietHandler, directory=str(HTML))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

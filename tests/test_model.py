@@ -157,3 +157,12 @@ def test_generate_appends_greedy_tokens() -> None:
     assert out.shape == (2, 8) and torch.equal(out[:, :5], idx)
     with torch.no_grad():
         assert torch.equal(out[:, 5], model(idx)[0][:, -1].argmax(-1))
+
+
+def test_compiled_forward_is_one_graph():
+    # the vocabulary check reads idx.min()/max(); under torch.compile it must not split the graph
+    torch._dynamo.reset()
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32)).train()
+    idx = torch.randint(0, 20, (4, 12))
+    explanation = torch._dynamo.explain(model)(idx, idx)
+    assert explanation.graph_count == 1 and explanation.graph_break_count == 0, explanation.break_reasons
