@@ -17,6 +17,10 @@ Sections of the JSON (and of the printed table):
 - ``adjacency``: ``metrics.adjacency_score`` on all n_layer + 1 similarity matrices of one
   sequence, for T = 32 ... 4096; against the plain-loop definition for small T and a vectorised
   O(T^3) pairwise comparison for mid T, which must agree exactly.
+- ``parallel``: the quick profile's CPU training workload, one run per core (reversal, the
+  longest task), trained one after another in this process on all cores (the reference)
+  against one single-threaded process per run, as ``nopelib.train.train_many`` does; wall time
+  includes starting the processes.
 - ``evaluation``: exact-match accuracy of the quick model on test pairs of every task, by
   token-by-token greedy decoding (``nopelib.train.greedy_accuracy``, the reference) against one
   teacher-forced pass per batch (``nopelib.train.evaluate``); the two accuracies must agree.
@@ -33,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import os
 import statistics
 import sys
@@ -40,8 +45,9 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -51,9 +57,9 @@ import torch
 
 from nopelib.metrics import adjacency_score, adjacency_score_reference, cosine_similarity_matrix
 from nopelib.model import GPT, GPTConfig
-from nopelib.tasks import CHARS, TASKS, encode_batch, encode_inputs, make_split
 from nopelib.memo import MEMO_ENV
-from nopelib.train import PROFILES, evaluate, greedy_accuracy, resolve_device
+from nopelib.tasks import CHARS, TASKS, encode_batch, encode_inputs, make_split
+from nopelib.train import PROFILES, TrainProfile, evaluate, greedy_accuracy, resolve_device, train
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,6 +83,7 @@ class Sizes:
     probe_w: int  # feature window
     probe_max_steps: int
     eval_n: int  # test pairs per task for the evaluation timings
+    parallel_steps: int  # optimizer steps per run in the parallel-training comparison
     chapters: bool
 
 
@@ -87,7 +94,7 @@ FULL = Sizes(
     adjacency_T=(32, 64, 128, 256, 512, 1024, 2048, 4096), adjacency_repeats=3,
     reference_max_T=64, vectorised_max_T=256,
     probe_n=512, probe_T=64, probe_w=8, probe_max_steps=300,
-    eval_n=1000,
+    eval_n=1000, parallel_steps=300,
     chapters=True,
 )
 SMALL = Sizes(
@@ -97,7 +104,7 @@ SMALL = Sizes(
     adjacency_T=(32, 64, 128, 256), adjacency_repeats=2,
     reference_max_T=32, vectorised_max_T=64,
     probe_n=40, probe_T=16, probe_w=4, probe_max_steps=20,
-    eval_n=24,
+    eval_n=24, parallel_steps=4,
     chapters=False,
 )
 
@@ -370,6 +377,43 @@ def bench_probe(config: GPTConfig, sizes: Sizes) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
+# parallel training
+
+
+def _train_seconds(task: str, seed: int, profile: TrainProfile, threads: int) -> float:
+    """Seconds of one CPU training run (data, model, loop) on ``threads`` threads."""
+    torch.set_num_threads(threads)
+    start = time.perf_counter()
+    train(task, seed, profile, torch.device("cpu"), progress=False)
+    return time.perf_counter() - start
+
+
+def bench_parallel(sizes: Sizes) -> dict:
+    """Wall time of ``n`` quick-profile runs: sequential on all cores, then in parallel processes."""
+    n = os.cpu_count() or 1
+    if n < 2:
+        return {"skipped": True, "reason": "one core: nothing to run in parallel", "rows": []}
+    prof = replace(PROFILES["quick"], steps=sizes.parallel_steps, warmup_steps=min(10, sizes.parallel_steps),
+                   n_train=4000, n_test=100, n_eval=100)
+    runs = [("reversal", seed) for seed in range(n)]
+    threads = torch.get_num_threads()
+    start = time.perf_counter()
+    try:
+        sequential = [_train_seconds(task, seed, prof, n) for task, seed in runs]
+    finally:
+        torch.set_num_threads(threads)
+    sequential_s = time.perf_counter() - start
+    start = time.perf_counter()
+    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn")) as pool:
+        parallel = list(pool.map(_train_seconds, *zip(*runs), [prof] * n, [1] * n))
+    parallel_s = time.perf_counter() - start
+    rows = [{"name": f"sequential, {n} threads (ref)", "wall_s": sequential_s, "run_s": sequential, "speedup": 1.0},
+            {"name": f"{n} processes x 1 thread", "wall_s": parallel_s, "run_s": parallel,
+             "speedup": _ratio(sequential_s, parallel_s)}]
+    return {"runs": [list(r) for r in runs], "steps": prof.steps, "batch_size": prof.batch_size, "rows": rows}
+
+
+# ---------------------------------------------------------------------------------------------
 # evaluation
 
 
@@ -477,13 +521,14 @@ def run(small: bool = False, device: str = "auto", chapters: bool | None = None)
         "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
     }}
     base = sizes.models[0][1]
+    skipped = {"skipped": True, "rows": [], "section_s": 0.0}
     result["train"] = {name: _guarded(f"train {name}", lambda c=cfg: bench_train(c, sizes, dev))
                        for name, cfg in sizes.models}
     result["extraction"] = _guarded("extraction", lambda: bench_extraction(base, sizes, dev))
     result["adjacency"] = _guarded("adjacency", lambda: bench_adjacency(base, sizes))
+    result["parallel"] = _guarded("parallel", lambda: bench_parallel(sizes)) if dev.type == "cpu" else skipped
     result["evaluation"] = _guarded("evaluation", lambda: bench_evaluation(sizes, dev))
     result["probe"] = _guarded("probe", lambda: bench_probe(base, sizes))
-    skipped = {"skipped": True, "rows": [], "section_s": 0.0}
     result["chapters"] = _guarded("chapters", bench_chapters) if do_chapters else skipped
     result["meta"]["loadavg_end"] = _loadavg()
     result["meta"]["total_s"] = time.perf_counter() - start
@@ -541,6 +586,15 @@ def format_table(result: dict) -> str:
             out.append(f"{r['T']:5d} {r['numba_s']:9.4f} {_fmt(r.get('reference_s'), '10.3f')} "
                        f"{_fmt(r.get('speedup_vs_reference'), '8.0f')} {_fmt(r.get('vectorised_s'), '12.3f')} "
                        f"{_fmt(r.get('speedup_vs_vectorised'), '8.0f')} {r['mean_score']:6.3f}")
+    par = result["parallel"]
+    out.append(f"\n[parallel: quick profile, {len(par.get('runs', []))} runs of {par.get('steps')} steps]")
+    if "error" in par:
+        out.append(par["error"])
+    elif par.get("skipped"):
+        out.append("skipped")
+    else:
+        out += [f"{r['name']:40s} {r['wall_s']:8.1f} s wall {r['speedup']:7.2f}x  runs "
+                + ", ".join(f"{x:.1f}" for x in r["run_s"]) + " s" for r in par["rows"]]
     ev = result["evaluation"]
     out.append(f"\n[evaluation: quick model, {ev.get('n_pairs')} test pairs per task]")
     if "error" in ev:

@@ -13,7 +13,7 @@ import torch
 from nopelib import bench
 from nopelib.metrics import adjacency_score, adjacency_score_reference
 
-SECTIONS = ("meta", "train", "extraction", "adjacency", "evaluation", "probe", "chapters")
+SECTIONS = ("meta", "train", "extraction", "adjacency", "parallel", "evaluation", "probe", "chapters")
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +35,8 @@ def test_every_section_present_without_errors(small):
     assert [p.name for p in folder.iterdir()] == ["bench.json"]  # no temporary file left behind
     for name in SECTIONS:
         assert name in result, name
-    for section in [*result["train"].values(), result["extraction"], result["adjacency"], result["evaluation"],
-                    result["probe"]]:
+    for section in [*result["train"].values(), result["extraction"], result["adjacency"], result["parallel"],
+                    result["evaluation"], result["probe"]]:
         assert "error" not in section, section.get("error")
     assert result["chapters"]["skipped"] is True and result["chapters"]["rows"] == []
     meta = result["meta"]
@@ -100,6 +100,21 @@ def test_probe_rows(small):
     assert names[0] == "model_states" and len(names) == 4
     for r in probe["rows"]:
         _positive(r["seconds"], r["name"])
+
+
+def test_parallel_rows_and_ratio(small):
+    par = small[0]["parallel"]
+    if os.cpu_count() < 2:
+        assert par["skipped"] is True
+        return
+    ref, fast = par["rows"]
+    assert ref["name"].startswith("sequential") and ref["speedup"] == 1.0
+    assert par["steps"] == bench.SMALL.parallel_steps and len(par["runs"]) == os.cpu_count()
+    for r in (ref, fast):
+        _positive(r["wall_s"], r["name"])
+        assert len(r["run_s"]) == len(par["runs"]) and all(x > 0 for x in r["run_s"])
+    assert ref["wall_s"] >= sum(ref["run_s"])  # the runs are timed inside the sequential wall time
+    assert fast["speedup"] == pytest.approx(ref["wall_s"] / fast["wall_s"], rel=1e-9)
 
 
 def test_evaluation_rows_agree_and_ratios(small):

@@ -219,6 +219,36 @@ def test_train_many_in_parallel_matches_one_by_one(tmp_path):
         tr.train_many([("sort", 0)], TINY, cache_dir=tmp_path / "c")
 
 
+def test_train_many_submits_the_longest_tasks_first(tmp_path, monkeypatch):
+    submitted = []
+
+    class Finished:
+        def result(self):
+            return None
+
+    class InlinePool:  # records the submission order and trains in this process
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def submit(self, fn, *args):
+            submitted.append(args[:2])
+            fn(*args)
+            return Finished()
+
+    monkeypatch.setattr(tr, "ProcessPoolExecutor", InlinePool)
+    runs = [("addition", 0), ("reversal", 0), ("ordering", 0), ("indexing", 0), ("addition", 1)]
+    done = tr.train_many(runs, TINY, device="cpu", cache_dir=tmp_path, workers=2)
+    lengths = [get_task(task).max_input_len for task, _ in submitted]
+    assert sorted(submitted) == sorted(runs) and lengths == sorted(lengths, reverse=True)
+    assert submitted[0] == ("reversal", 0) and set(done) == set(runs)
+
+
 def test_exception_mid_training_leaves_nothing(tmp_path, monkeypatch):
     real_lr_at = tr.TrainProfile.lr_at
 
