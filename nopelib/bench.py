@@ -552,74 +552,65 @@ def _fmt(x: float | None, spec: str = ".3g") -> str:
     return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
 
 
+def _section(out: list[str], title: str, sec: dict, body: Callable[[dict], list[str]]) -> None:
+    """Append a section: its title, then its error, "skipped", or the lines ``body`` makes."""
+    out.append(f"\n[{title}]")
+    if "error" in sec:
+        out.append(sec["error"])
+    elif sec.get("skipped"):
+        out.append("skipped")
+    else:
+        out += body(sec)
+
+
+def _train_lines(sec: dict) -> list[str]:
+    lines = [f"{'variant':40s} {'step ms':>9s} {'(min-max)':>15s} {'tokens/s':>10s} {'speed-up':>8s} {'compile s':>9s}"]
+    for r in sec["rows"]:
+        if r["status"] != "ok":
+            lines.append(f"{r['name']:40s} {r['status']}")
+            continue
+        lines.append(f"{r['name']:40s} {r['step_ms']:9.1f} {r['step_ms_min']:7.1f}-{r['step_ms_max']:<7.1f} "
+                     f"{r['tokens_per_s']:10.0f} {r['speedup']:7.2f}x {_fmt(r.get('compile_s'), '9.1f')}")
+    return lines
+
+
+def _adjacency_lines(sec: dict) -> list[str]:
+    lines = [f"{'T':>5s} {'numba s':>9s} {'loop ref s':>10s} {'x':>8s} {'vectorised s':>12s} {'x':>8s} {'score':>6s}"]
+    for r in sec["rows"]:
+        lines.append(f"{r['T']:5d} {r['numba_s']:9.4f} {_fmt(r.get('reference_s'), '10.3f')} "
+                     f"{_fmt(r.get('speedup_vs_reference'), '8.0f')} {_fmt(r.get('vectorised_s'), '12.3f')} "
+                     f"{_fmt(r.get('speedup_vs_vectorised'), '8.0f')} {r['mean_score']:6.3f}")
+    return lines
+
+
 def format_table(result: dict) -> str:
     """The result as readable text tables."""
     m = result["meta"]
     out = [f"nopelib benchmark  device={m['device']}  torch={m['torch']}  threads={m['torch_threads']}  "
            f"small={m['small']}  load avg start={m['loadavg_start']} end={m.get('loadavg_end')}"]
     for name, sec in result["train"].items():
-        out.append(f"\n[train: {name}, batch {sec.get('batch_size')}, T per task {sec.get('seq_len')}]")
-        if "error" in sec:
-            out.append(sec["error"])
-            continue
-        out.append(f"{'variant':40s} {'step ms':>9s} {'(min-max)':>15s} {'tokens/s':>10s} {'speed-up':>8s} {'compile s':>9s}")
-        for r in sec["rows"]:
-            if r["status"] != "ok":
-                out.append(f"{r['name']:40s} {r['status']}")
-                continue
-            out.append(f"{r['name']:40s} {r['step_ms']:9.1f} {r['step_ms_min']:7.1f}-{r['step_ms_max']:<7.1f} "
-                       f"{r['tokens_per_s']:10.0f} {r['speedup']:7.2f}x {_fmt(r.get('compile_s'), '9.1f')}")
-    ext = result["extraction"]
-    out.append(f"\n[extraction: {ext.get('n_sequences')} task inputs]")
-    if "error" in ext:
-        out.append(ext["error"])
-    else:
-        out.append(f"{'path':40s} {'seq/s':>10s} {'speed-up':>8s}")
-        out += [f"{r['name']:40s} {r['seq_per_s']:10.0f} {r['speedup']:7.2f}x" for r in ext["rows"]]
-    adj = result["adjacency"]
-    out.append(f"\n[adjacency_score: all layers of one sequence, numba threads {adj.get('numba_threads')}]")
-    if "error" in adj:
-        out.append(adj["error"])
-    else:
-        out.append(f"{'T':>5s} {'numba s':>9s} {'loop ref s':>10s} {'x':>8s} {'vectorised s':>12s} {'x':>8s} {'score':>6s}")
-        for r in adj["rows"]:
-            out.append(f"{r['T']:5d} {r['numba_s']:9.4f} {_fmt(r.get('reference_s'), '10.3f')} "
-                       f"{_fmt(r.get('speedup_vs_reference'), '8.0f')} {_fmt(r.get('vectorised_s'), '12.3f')} "
-                       f"{_fmt(r.get('speedup_vs_vectorised'), '8.0f')} {r['mean_score']:6.3f}")
-    par = result["parallel"]
-    out.append(f"\n[parallel: quick profile, {len(par.get('runs', []))} runs of {par.get('steps')} steps]")
-    if "error" in par:
-        out.append(par["error"])
-    elif par.get("skipped"):
-        out.append("skipped")
-    else:
-        out += [f"{r['name']:40s} {r['wall_s']:8.1f} s wall {r['speedup']:7.2f}x  runs "
-                + ", ".join(f"{x:.1f}" for x in r["run_s"]) + " s" for r in par["rows"]]
-    ev = result["evaluation"]
-    out.append(f"\n[evaluation: quick model, {ev.get('n_pairs')} test pairs per task]")
-    if "error" in ev:
-        out.append(ev["error"])
-    else:
-        out.append(f"{'task':12s} {'greedy s':>9s} {'teacher-forced s':>17s} {'speed-up':>9s} {'accuracies':>12s}")
-        out += [f"{r['task']:12s} {r['greedy_s']:9.3f} {r['teacher_forced_s']:17.4f} {r['speedup']:8.1f}x "
-                f"{r['accuracy_greedy']:.3f}/{r['accuracy_teacher_forced']:.3f}" for r in ev["rows"]]
-    pr = result["probe"]
-    out.append(f"\n[probe: {pr.get('n_sequences')} sequences of T={pr.get('T')}, window {pr.get('w')}, layer 1]")
-    if "error" in pr:
-        out.append(pr["error"])
-    else:
-        out += [f"{r['name']:40s} {r['seconds']:8.2f} s" + (f"  (best step {r['best_step']})" if "best_step" in r else "")
-                for r in pr["rows"]]
-    ch = result["chapters"]
-    out.append("\n[chapters]")
-    if "error" in ch:
-        out.append(ch["error"])
-    elif ch.get("skipped"):
-        out.append("skipped")
-    else:
-        out.append(f"{'chapter':24s} {'computed s':>10s} {'fill s':>8s} {'rerun s':>8s} {'speed-up':>9s}")
-        out += [f"{r['chapter']:24s} {r['wall_s']:10.1f} {r['fill_s']:8.1f} {r['rerun_s']:8.1f} "
-                f"{r['speedup']:8.1f}x  {r['status']}" for r in ch["rows"]]
+        _section(out, f"train: {name}, batch {sec.get('batch_size')}, T per task {sec.get('seq_len')}", sec, _train_lines)
+    ext, adj, par = result["extraction"], result["adjacency"], result["parallel"]
+    _section(out, f"extraction: {ext.get('n_sequences')} task inputs", ext, lambda sec: [
+        f"{'path':40s} {'seq/s':>10s} {'speed-up':>8s}",
+        *(f"{r['name']:40s} {r['seq_per_s']:10.0f} {r['speedup']:7.2f}x" for r in sec["rows"])])
+    _section(out, f"adjacency_score: all layers of one sequence, numba threads {adj.get('numba_threads')}", adj,
+             _adjacency_lines)
+    _section(out, f"parallel: quick profile, {len(par.get('runs', []))} runs of {par.get('steps')} steps", par,
+             lambda sec: [f"{r['name']:40s} {r['wall_s']:8.1f} s wall {r['speedup']:7.2f}x  runs "
+                          + ", ".join(f"{x:.1f}" for x in r["run_s"]) + " s" for r in sec["rows"]])
+    ev, pr = result["evaluation"], result["probe"]
+    _section(out, f"evaluation: quick model, {ev.get('n_pairs')} test pairs per task", ev, lambda sec: [
+        f"{'task':12s} {'greedy s':>9s} {'teacher-forced s':>17s} {'speed-up':>9s} {'accuracies':>12s}",
+        *(f"{r['task']:12s} {r['greedy_s']:9.3f} {r['teacher_forced_s']:17.4f} {r['speedup']:8.1f}x "
+          f"{r['accuracy_greedy']:.3f}/{r['accuracy_teacher_forced']:.3f}" for r in sec["rows"])])
+    _section(out, f"probe: {pr.get('n_sequences')} sequences of T={pr.get('T')}, window {pr.get('w')}, layer 1", pr,
+             lambda sec: [f"{r['name']:40s} {r['seconds']:8.2f} s"
+                          + (f"  (best step {r['best_step']})" if "best_step" in r else "") for r in sec["rows"]])
+    _section(out, "chapters", result["chapters"], lambda sec: [
+        f"{'chapter':24s} {'computed s':>10s} {'fill s':>8s} {'rerun s':>8s} {'speed-up':>9s}",
+        *(f"{r['chapter']:24s} {r['wall_s']:10.1f} {r['fill_s']:8.1f} {r['rerun_s']:8.1f} "
+          f"{r['speedup']:8.1f}x  {r['status']}" for r in sec["rows"])])
     out.append(f"\ntotal {m.get('total_s', 0):.1f} s")
     return "\n".join(out)
 

@@ -147,6 +147,17 @@ def test_chapter_execution_passes_the_results_cache_switch(tmp_path, monkeypatch
     assert status.startswith("failed: "), status  # the switch really reached the kernel
 
 
+def test_table_shows_every_section_its_errors_and_skips(small):
+    result = json.loads(json.dumps(small[0]))  # a copy to alter
+    text = bench.format_table(result)
+    for title in ("[train: tiny", "[extraction:", "[adjacency_score:", "[parallel:", "[evaluation:", "[probe:",
+                  "[chapters]"):
+        assert title in text, title
+    result["probe"] = {"error": "Traceback: probe exploded", "section_s": 0.1}
+    text = bench.format_table(result)
+    assert "Traceback: probe exploded" in text and text.split("[chapters]")[1].strip().startswith("skipped")
+
+
 def test_pairwise_score_matches_the_definition_with_ties():
     rng = np.random.default_rng(0)
     C = rng.integers(0, 4, size=(3, 23, 23)).astype(np.float64)  # many exact ties
