@@ -59,7 +59,7 @@ from nopelib.metrics import adjacency_score, adjacency_score_reference, cosine_s
 from nopelib.model import GPT, GPTConfig
 from nopelib.memo import MEMO_ENV
 from nopelib.tasks import CHARS, TASKS, encode_batch, encode_inputs, make_split
-from nopelib.train import PROFILES, TrainProfile, evaluate, greedy_accuracy, resolve_device, train
+from nopelib.train import PROFILES, TrainProfile, adamw, evaluate, greedy_accuracy, resolve_device, train
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -159,16 +159,6 @@ def task_batches(batch_size: int, seed: int = 0) -> dict[str, tuple[torch.Tensor
     return {name: encode_batch(make_split(name, seed, n_train=batch_size, n_test=0).train) for name in TASKS}
 
 
-def _optimizer(model: GPT, fused: bool) -> torch.optim.AdamW:
-    """AdamW as ``nopelib.train`` builds it (decay on matrices only, the paper profile's
-    hyperparameters); ``fused`` selects the single-kernel implementation (CPU or CUDA)."""
-    prof = PROFILES["paper"]
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": prof.weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=prof.lr, betas=prof.betas, fused=fused or None)
-
-
 @dataclass(frozen=True)
 class TrainVariant:
     name: str
@@ -206,8 +196,8 @@ def bench_train(config: GPTConfig, sizes: Sizes, device: torch.device) -> dict:
         model = GPT(config).to(device).train()
         model.load_state_dict(init)
         fwd = torch.compile(model) if v.compile else model
-        runs.append(dict(variant=v, model=model, fwd=fwd, opt=_optimizer(model, v.fused_adamw),
-                         samples=[], status="ok"))
+        opt = adamw(model, PROFILES["paper"], fused=v.fused_adamw)  # as training builds it, paper settings
+        runs.append(dict(variant=v, model=model, fwd=fwd, opt=opt, samples=[], status="ok"))
 
     def one_pass(r: dict) -> None:
         v = r["variant"]

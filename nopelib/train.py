@@ -205,17 +205,20 @@ def run_key(task: str, seed: int, profile: TrainProfile) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def _adamw(model: GPT, profile: TrainProfile) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices (and the tied embedding) only, as in nanoGPT; on CUDA
-    the fused single-kernel update, as nanoGPT uses there (on the CPU it bought 2 % for the
-    quick model in the benchmark, so the CPU keeps the default)."""
+def adamw(model: GPT, profile: TrainProfile, fused: bool | None = None) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices (and the tied embedding) only, as in nanoGPT.
+
+    ``fused`` selects the single-kernel update; None picks it on CUDA, as nanoGPT does there (on
+    the CPU it bought 2 % for the quick model in the benchmark, so the CPU keeps the default).
+    """
     params = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": profile.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
-    fused = True if params and params[0].device.type == "cuda" else None
-    return torch.optim.AdamW(groups, lr=profile.lr, betas=profile.betas, fused=fused)
+    if fused is None:
+        fused = bool(params) and params[0].device.type == "cuda"
+    return torch.optim.AdamW(groups, lr=profile.lr, betas=profile.betas, fused=fused or None)
 
 
 def train(
@@ -231,7 +234,7 @@ def train(
 
     torch.manual_seed(seed)  # same draw as analysis.random_model(config, seed)
     model = GPT(profile.model).to(device).train()
-    opt = _adamw(model, profile)
+    opt = adamw(model, profile)
     gen = np.random.default_rng(seed)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else _NoAutocast()
 
@@ -470,7 +473,8 @@ def train_many(
         get_task(task)
     dev = resolve_device(device)
     root = resolve_cache_dir(cache_dir) / "runs"
-    missing = [(t, s) for t, s in runs if _load(root / run_key(t, s, prof), run_key(t, s, prof), prof) is None]
+    keys = {(t, s): run_key(t, s, prof) for t, s in runs}
+    missing = [(t, s) for t, s in runs if _load(root / keys[t, s], keys[t, s], prof) is None]
     # longest sequences first (a run's time grows with its task's length): the runs left for
     # the end are the short ones, so workers idle less while the last run finishes
     missing.sort(key=lambda run: -get_task(run[0]).max_input_len)
