@@ -256,3 +256,15 @@ def encode_inputs(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
     for b, i in enumerate(ids):
         idx[b, : len(i)] = torch.tensor(i)
     return idx, lengths
+
+
+def majority_baseline(pairs: list[tuple[str, str]]) -> tuple[str, float]:
+    """The most frequent answer of ``pairs`` and its share: the exact match of a model that
+    ignores its input and always gives that answer (the best any constant answer can do)."""
+    if not pairs:
+        raise ValueError("pairs must hold at least one (input, answer) pair")
+    counts: dict[str, int] = {}
+    for _, answer in pairs:
+        counts[answer] = counts.get(answer, 0) + 1
+    answer = max(counts, key=counts.get)
+    return answer, counts[answer] / len(pairs)

@@ -158,3 +158,68 @@ def heatmap_two_sliders(
         height=680, margin=dict(b=160), yaxis=dict(autorange="reversed", scaleanchor="x"),
     )
     return fig
+
+
+def learning_curves(
+    curves: dict[str, tuple[Sequence[int], Sequence[float]]],
+    baselines: dict[str, float],
+    threshold: float | None = None,
+    title: str = "",
+) -> go.Figure:
+    """Test exact match against training step, one panel per task.
+
+    ``curves`` maps ``"task, label"`` to (steps, accuracies); curves of one task share a panel.
+    ``baselines`` gives each task's majority-answer share (dotted); ``threshold`` a dashed line.
+    """
+    from plotly.subplots import make_subplots
+
+    tasks = list(dict.fromkeys(name.split(", ")[0] for name in curves))
+    fig = make_subplots(rows=1, cols=len(tasks), subplot_titles=tasks, shared_yaxes=True)
+    colours = {}
+    for name, (steps, accuracy) in curves.items():
+        task, label = name.split(", ", 1)
+        colour = colours.setdefault(label, DEFAULT_COLOURS[len(colours) % len(DEFAULT_COLOURS)])
+        fig.add_trace(go.Scatter(x=list(steps), y=list(accuracy), mode="lines", name=label,
+                                 legendgroup=label, line=dict(color=colour),
+                                 showlegend=task == tasks[0]),
+                      row=1, col=tasks.index(task) + 1)
+    for col, task in enumerate(tasks, start=1):
+        if task in baselines:
+            fig.add_hline(y=baselines[task], line_dash="dot", line_color="#555", row=1, col=col)
+        if threshold is not None:
+            fig.add_hline(y=threshold, line_dash="dash", line_color="#2ca02c", row=1, col=col)
+    fig.update_xaxes(title_text="step")
+    fig.update_yaxes(range=[-0.02, 1.02], title_text="test exact match", col=1)
+    fig.update_layout(title=title, height=400)
+    return fig
+
+
+def before_after_lines(
+    layers: Sequence[int],
+    stats: dict[str, tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]],
+    title: str = "",
+) -> go.Figure:
+    """Adjacency score per layer before and after training, one panel per task.
+
+    ``stats[task]`` is ((mean, std) before, (mean, std) after), each [n_layer + 1].
+    """
+    from plotly.subplots import make_subplots
+
+    tasks = list(stats)
+    fig = make_subplots(rows=1, cols=len(tasks), subplot_titles=tasks, shared_yaxes=True)
+    for col, task in enumerate(tasks, start=1):
+        for (mean, std), name, colour in zip(stats[task], ("before training", "after training"),
+                                             ("#888888", "#d62728")):
+            fig.add_trace(go.Scatter(x=list(layers), y=np.asarray(mean), mode="lines+markers",
+                                     error_y=dict(type="data", array=np.asarray(std)), name=name,
+                                     line=dict(color=colour), legendgroup=name,
+                                     showlegend=col == 1),
+                          row=1, col=col)
+    fig.add_hline(y=0.5, line_dash="dot")
+    fig.update_xaxes(title_text="layer", dtick=1)
+    fig.update_yaxes(range=[0.3, 1.02], title_text="adjacency score", col=1)
+    fig.update_layout(height=420, title=title)
+    return fig
+
+
+DEFAULT_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")

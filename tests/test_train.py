@@ -17,9 +17,9 @@ from nopelib.model import GPT, GPTConfig
 from nopelib.tasks import EOS_ID, VOCAB, encode, get_task, make_split
 
 TINY = replace(
-    tr.PROFILES["quick"], name="tiny", model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
+    tr.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
     steps=12, batch_size=8, warmup_steps=3, n_train=96, n_test=40, n_eval=40,
-    eval_batch_size=16, log_every=5, seeds=(0,),
+    eval_batch_size=16, log_every=5, seeds=(0,), task_steps=(), curve_every=0, n_curve=40,
 )
 
 
@@ -276,9 +276,10 @@ def test_process_killed_while_writing_leaves_nothing_loadable(tmp_path):
         from dataclasses import replace
         import nopelib.train as tr
         from nopelib.model import GPTConfig
-        tiny = replace(tr.PROFILES["quick"], name="tiny", model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
+        tiny = replace(tr.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
                        steps=12, batch_size=8, warmup_steps=3, n_train=96, n_test=40, n_eval=40,
-                       eval_batch_size=16, log_every=5, seeds=(0,))
+                       eval_batch_size=16, log_every=5, seeds=(0,), task_steps=(),
+                       curve_every=0, n_curve=40)
         real_save = tr.save_model
         def save_then_die(model, path):
             real_save(model, path)
@@ -307,7 +308,7 @@ def test_cache_dir_resolution(tmp_path, monkeypatch):
 # --- profiles, devices and bad input ----------------------------------------------------------
 
 def test_profiles():
-    assert set(tr.PROFILES) == {"quick", "paper"}
+    assert set(tr.PROFILES) == {"cpu", "paper"}
     assert tr.PROFILES["paper"].model == GPTConfig()
     assert len(tr.PROFILES["paper"].seeds) == 5
     assert tr.PROFILES["paper"].n_eval == tr.PROFILES["paper"].n_test
@@ -327,7 +328,7 @@ def test_resolve_device():
     "kwargs, match",
     [
         (dict(task="division"), r"task='division'.*addition"),
-        (dict(profile="huge"), r"profile='huge'.*paper.*quick"),
+        (dict(profile="huge"), r"profile='huge'.*cpu.*paper"),
         (dict(device="tpu"), r"device='tpu'.*auto"),
         (dict(seed=-1), r"seed=-1"),
     ],
@@ -343,3 +344,28 @@ def test_unavailable_device_is_refused():
         pytest.skip("CUDA is available here")
     with pytest.raises(ValueError, match="not available"):
         tr.resolve_device("cuda")
+
+
+def test_task_steps_and_learning_curve():
+    prof = replace(TINY, steps=10, task_steps=(("addition", 14),), curve_every=5, n_curve=20)
+    assert prof.for_task("addition").steps == 14 and prof.for_task("reversal").steps == 10
+    _, met = tr.train("addition", 0, prof, torch.device("cpu"), progress=False)
+    assert met["steps"] == 14
+    assert met["curve"]["step"] == [5, 10, 14]  # every curve_every steps, and the last one
+    assert all(0.0 <= a <= 1.0 for a in met["curve"]["accuracy"])
+    _, plain = tr.train("addition", 0, replace(prof, curve_every=0), torch.device("cpu"),
+                        progress=False)
+    assert "curve" not in plain
+    assert plain["loss_curve"] == met["loss_curve"]  # evaluating does not change training
+    with pytest.raises(ValueError, match="task_steps"):
+        replace(TINY, task_steps=(("addition", 1),))  # fewer steps than the warm-up
+    with pytest.raises(ValueError, match="n_curve"):
+        replace(TINY, n_curve=TINY.n_test + 1)
+
+
+def test_majority_baseline():
+    from nopelib.tasks import majority_baseline
+
+    assert majority_baseline([("a", "1"), ("b", "2"), ("c", "1")]) == ("1", 2 / 3)
+    with pytest.raises(ValueError):
+        majority_baseline([])
