@@ -14,6 +14,7 @@ path.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import asdict, dataclass
 
 import torch
@@ -55,8 +56,8 @@ class GPTConfig:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
         for name in ("dropout", "init_mean", "init_std"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"{name}={value!r} must be a number")
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise ValueError(f"{name}={value!r} must be a real number")
         if self.n_embd % self.n_head:
             raise ValueError(
                 f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}"
