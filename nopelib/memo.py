@@ -180,7 +180,8 @@ class _Encoder:
                     isinstance(v, str) for v in col):
                 columns.append([name, {"str": col.tolist()}])
             else:
-                columns.append([name, {"ndarray": self.array(col.to_numpy(), f"{where}[{name!r}]")}])
+                ref = self.array(col.to_numpy(), f"{where}[{name!r}]")
+                columns.append([name, {"ndarray": ref}])
         return {"n": len(df), "columns": columns}
 
 

@@ -75,7 +75,8 @@ class GPTConfig:
         # weights are float32: a draw beyond mean + 8 std (probability ~1e-15) must still fit
         if abs(self.init_mean) + 8 * self.init_std > FLOAT32_MAX:
             raise ValueError(f"init_mean={self.init_mean!r}, init_std={self.init_std!r} give "
-                             f"weights outside float32 (|mean| + 8 std must be <= {FLOAT32_MAX:.3g})")
+                             "weights outside float32 (|mean| + 8 std must be <= "
+                             f"{FLOAT32_MAX:.3g})")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout={self.dropout!r} must be in [0, 1)")
 
@@ -293,7 +294,8 @@ class GPT(nn.Module):
         logits = self.lm_head(self._run(idx, attn_impl))
         loss = None
         if targets is not None:
-            may_read = not torch.compiler.is_compiling() and not (self.training and idx.device.type != "cpu")
+            on_device = self.training and idx.device.type != "cpu"  # a read is a host sync there
+            may_read = not torch.compiler.is_compiling() and not on_device
             if may_read and not bool((targets != -100).any()):
                 # a mean over no targets is NaN; checked where a host read is free (the CPU, eval)
                 raise ValueError("targets are all IGNORE_INDEX (-100): there is no loss to take")

@@ -85,7 +85,8 @@ class TrainProfile:
             if type(value) is not int or value < 1:
                 raise ValueError(f"{name}={value!r} must be a positive integer")
         if type(self.warmup_steps) is not int or not 0 <= self.warmup_steps <= self.steps:
-            raise ValueError(f"warmup_steps={self.warmup_steps!r} must be an integer in [0, steps={self.steps}]")
+            raise ValueError(f"warmup_steps={self.warmup_steps!r} must be an integer in "
+                             f"[0, steps={self.steps}]")
         for name in ("lr", "min_lr_ratio", "weight_decay", "grad_clip"):
             value = getattr(self, name)
             if (isinstance(value, bool) or not isinstance(value, (int, float))
@@ -107,7 +108,8 @@ class TrainProfile:
             raise ValueError(f"n_eval={self.n_eval} must be <= n_test={self.n_test}")
         if (not isinstance(self.seeds, tuple) or not self.seeds
                 or not all(type(x) is int and x >= 0 for x in self.seeds)):
-            raise ValueError(f"seeds={self.seeds!r} must be a non-empty tuple of non-negative integers")
+            raise ValueError(f"seeds={self.seeds!r} must be a non-empty tuple of non-negative "
+                             "integers")
 
     def lr_at(self, step: int) -> float:
         """Learning rate of optimizer step ``step`` (0-based): linear warm-up, cosine decay."""
@@ -528,8 +530,9 @@ def expected_cpu_seconds(profile: TrainProfile) -> float:
 def _die_with_parent(parent: int) -> None:
     """Worker initializer: end this process when the parent dies or is interrupted.
 
-    Linux delivers SIGKILL on the parent's death (prctl PR_SET_PDEATHSIG); elsewhere a daemon
-    thread polls the parent's id. SIGINT is ignored: Ctrl-C reaches the whole process group,
+    Linux delivers SIGKILL on the parent's death (prctl PR_SET_PDEATHSIG; strictly, when the
+    thread that started the worker ends: train_many's caller); a daemon thread also polls the
+    parent's id, the only mechanism elsewhere. SIGINT is ignored: Ctrl-C reaches the whole process group,
     and the parent decides (it cancels queued runs and terminates the running ones).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -564,7 +567,8 @@ def _train_in_pool(missing: list[tuple[str, int]], prof: TrainProfile, device: s
                                initargs=(os.getpid(),))
     futures = []
     try:
-        futures += [pool.submit(_train_in_worker, t, s, prof, device, cache_dir) for t, s in missing]
+        futures += [pool.submit(_train_in_worker, t, s, prof, device, cache_dir)
+                    for t, s in missing]
         for future in tqdm(futures, desc=f"training {len(missing)} runs on {n_workers} processes"):
             future.result()
     except BaseException:

@@ -67,7 +67,8 @@ def test_gpt_config_rejects_values_that_cannot_train(field, value):
     ("lr", math.inf), ("lr", math.nan), ("lr", 1e39), ("lr", True), ("grad_clip", -1.0),
     ("grad_clip", 0.0), ("grad_clip", math.nan), ("weight_decay", math.nan), ("weight_decay", -0.1),
     ("min_lr_ratio", math.nan), ("steps", True), ("steps", 10.0), ("warmup_steps", 1.5),
-    ("betas", (0.9, math.nan)), ("betas", (0.9,)), ("seeds", ()), ("seeds", (0, -1)), ("seeds", [0]),
+    ("betas", (0.9, math.nan)), ("betas", (0.9,)), ("seeds", ()), ("seeds", (0, -1)),
+    ("seeds", [0]),
 ])
 def test_train_profile_rejects_values_that_cannot_train(field, value):
     with pytest.raises(ValueError, match=field):

@@ -44,7 +44,9 @@ def _cache_in_tmp(tmp_path, monkeypatch):
 def _results(tmp_path: Path) -> list[Path]:
     """The results folder's entries and temporaries; quarantined entries (.bad-*) left out."""
     folder = tmp_path / "cache" / "results"
-    return sorted(p for p in folder.iterdir() if not p.name.startswith(".bad-")) if folder.is_dir() else []
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if not p.name.startswith(".bad-"))
 
 
 def test_a_call_is_computed_once_and_read_back_equal(tmp_path):
@@ -243,8 +245,8 @@ def test_a_non_finite_result_is_returned_but_not_stored(tmp_path):
 def mixed_study(n):
     """Every value type the chapters' studies return: DataFrames (numeric, bool and str
     columns), tuples with floats, arrays, numpy scalars, nested containers."""
-    df = pd.DataFrame({"task": ["a", "b"] * n, "layer": np.arange(2 * n), "score": np.linspace(0, 1, 2 * n),
-                       "causal": [True, False] * n})
+    df = pd.DataFrame({"task": ["a", "b"] * n, "layer": np.arange(2 * n),
+                       "score": np.linspace(0, 1, 2 * n), "causal": [True, False] * n})
     return df, 1.5, {"k": [np.float32(2.5), np.arange(3)], 3: (None, "s", 4)}
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from nopelib.params import (ALLOW_SLOW_ENV, Choice, Device, Float, Int, ListOf, Optional, check_params,
-                            check_training_time)
+from nopelib.params import (ALLOW_SLOW_ENV, Choice, Device, Float, Int, ListOf, Optional,
+                            check_params, check_training_time)
 
 BOOK = Path(__file__).resolve().parent.parent / "book"
 
@@ -93,12 +93,14 @@ BAD = [  # (chapter, parameters, what the error must name): every finding of iss
 
 def _cells(chapter: str) -> tuple[str, str]:
     """Sources of the chapter's parameters cell and of the check cell after it."""
-    cells = [c for c in nbformat.read(BOOK / f"{chapter}.ipynb", as_version=4).cells if c.cell_type == "code"]
+    notebook = nbformat.read(BOOK / f"{chapter}.ipynb", as_version=4)
+    cells = [c for c in notebook.cells if c.cell_type == "code"]
     i = next(i for i, c in enumerate(cells) if "parameters" in c.metadata.get("tags", []))
     return cells[i].source, cells[i + 1].source
 
 
-@pytest.mark.parametrize("chapter, params, named", BAD, ids=[f"{c}-{'-'.join(p)}" for c, p, _ in BAD])
+@pytest.mark.parametrize("chapter, params, named", BAD,
+                         ids=[f"{c}-{'-'.join(p)}" for c, p, _ in BAD])
 def test_the_check_cell_names_each_bad_parameter(monkeypatch, chapter, params, named):
     """The cell after ``parameters``, run in this process on the chapter's defaults plus the bad
     values (as papermill injects them), rejects them; the defaults pass."""
@@ -115,12 +117,15 @@ def test_the_check_cell_names_each_bad_parameter(monkeypatch, chapter, params, n
     assert named in str(err.value)
 
 
-PAPERMILL = [("averaging_effect", {"n_texts": 0}, "n_texts=0"), ("random_init", {"n_seeds": 0}, "n_seeds=0"),
-             ("trained", {"tasks": '["nope"]'}, "tasks='[\"nope\"]'"), ("probes", {"n_seq": 3}, "n_seq=3")]
+PAPERMILL = [("averaging_effect", {"n_texts": 0}, "n_texts=0"),
+             ("random_init", {"n_seeds": 0}, "n_seeds=0"),
+             ("trained", {"tasks": '["nope"]'}, "tasks='[\"nope\"]'"),
+             ("probes", {"n_seq": 3}, "n_seq=3")]
 
 
 @pytest.mark.parametrize("chapter, params, named", PAPERMILL, ids=[c for c, _, _ in PAPERMILL])
-def test_a_bad_parameter_fails_the_chapter_within_seconds(tmp_path, monkeypatch, chapter, params, named):
+def test_a_bad_parameter_fails_the_chapter_within_seconds(tmp_path, monkeypatch, chapter, params,
+                                                          named):
     papermill = pytest.importorskip("papermill")
     monkeypatch.setenv("NOPELIB_CACHE_DIR", str(tmp_path / "cold-cache"))
     monkeypatch.delenv(ALLOW_SLOW_ENV, raising=False)

@@ -155,9 +155,9 @@ _ENDLESS = """
     from dataclasses import replace
     import nopelib.train as tr
     from nopelib.model import GPTConfig
-    endless = replace(tr.PROFILES["quick"], name="endless", model=GPTConfig(n_layer=1, n_head=2, n_embd=16),
-                      steps=10_000_000, batch_size=8, warmup_steps=2, n_train=64, n_test=16, n_eval=16,
-                      eval_batch_size=16, log_every=1000, seeds=(0,))
+    endless = replace(tr.PROFILES["quick"], name="endless",
+                      model=GPTConfig(n_layer=1, n_head=2, n_embd=16), steps=10_000_000,
+                      batch_size=8, warmup_steps=2, n_train=64, n_test=16, n_eval=16, eval_batch_size=16, log_every=1000, seeds=(0,))
     try:
         tr.train_many([("addition", 0), ("addition", 1), ("reversal", 0)], endless, device="cpu",
                       cache_dir=sys.argv[1], workers=2)
@@ -189,7 +189,8 @@ def _ignores_sigint(pid: int) -> bool:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return False
-    ignored = int(next(line for line in status.splitlines() if line.startswith("SigIgn")).split()[1], 16)
+    line = next(line for line in status.splitlines() if line.startswith("SigIgn"))
+    ignored = int(line.split()[1], 16)
     return bool(ignored & (1 << (signal.SIGINT - 1)))
 
 
@@ -204,14 +205,14 @@ def _alive(pid: int) -> bool:
 def _start_training(tmp_path: Path) -> tuple[subprocess.Popen, list[int]]:
     """A parent running train_many with two workers, returned once both run the initializer."""
     proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_ENDLESS), str(tmp_path / "c")])
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 300  # spawn imports torch twice: slow on a loaded machine
     while time.monotonic() < deadline:
         workers = [p for p in _children(proc.pid) if _ignores_sigint(p)]
         if len(workers) == 2:
             return proc, workers
         time.sleep(0.2)
     proc.kill()
-    pytest.fail("the two workers did not start within 90 s")
+    pytest.fail("the two workers did not start within 300 s")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -219,7 +220,7 @@ def test_workers_die_with_their_killed_parent(tmp_path):
     proc, workers = _start_training(tmp_path)
     proc.kill()  # SIGKILL: no cleanup code runs in the parent
     proc.wait()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while any(_alive(p) for p in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(_alive(p) for p in workers)
@@ -230,9 +231,10 @@ def test_an_interrupt_returns_promptly_and_stops_the_workers(tmp_path):
     proc, workers = _start_training(tmp_path)
     start = time.monotonic()
     proc.send_signal(signal.SIGINT)  # to the parent only: it must stop the workers itself
-    assert proc.wait(timeout=15) == 42  # KeyboardInterrupt reached the caller
-    assert time.monotonic() - start < 15
-    deadline = time.monotonic() + 10
+    # the runs in flight never end: any bound shows that they were not waited for
+    assert proc.wait(timeout=60) == 42  # KeyboardInterrupt reached the caller
+    assert time.monotonic() - start < 60
+    deadline = time.monotonic() + 30
     while any(_alive(p) for p in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(_alive(p) for p in workers)
