@@ -157,7 +157,8 @@ _ENDLESS = """
     from nopelib.model import GPTConfig
     endless = replace(tr.PROFILES["quick"], name="endless",
                       model=GPTConfig(n_layer=1, n_head=2, n_embd=16), steps=10_000_000,
-                      batch_size=8, warmup_steps=2, n_train=64, n_test=16, n_eval=16, eval_batch_size=16, log_every=1000, seeds=(0,))
+                      batch_size=8, warmup_steps=2, n_train=64, n_test=16, n_eval=16,
+                      eval_batch_size=16, log_every=1000, seeds=(0,))
     try:
         tr.train_many([("addition", 0), ("addition", 1), ("reversal", 0)], endless, device="cpu",
                       cache_dir=sys.argv[1], workers=2)
