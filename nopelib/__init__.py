@@ -4,6 +4,7 @@ The core (model, tasks, metrics, analysis) needs only torch, numpy, pandas and n
 lives in ``nopelib.viz`` and is imported only by code that draws.
 """
 
+import nopelib.cache  # noqa: F401  (first: points numba's cache out of the package)
 from nopelib.model import GPT, GPTConfig
 from nopelib.tasks import TASKS
 

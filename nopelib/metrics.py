@@ -116,8 +116,15 @@ def _as_matrices(C: ArrayLike) -> np.ndarray:
         raise ValueError(f"C must have shape [..., T, T]; got {arr.shape}")
     if arr.shape[-1] < 3:
         raise ValueError(f"C must have T >= 3 (rows k >= 2 have earlier pairs); got T={arr.shape[-1]}")
+    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)
+            or arr.dtype == np.bool_):
+        raise ValueError(f"C must hold real numbers; got dtype {arr.dtype}")
     if arr.dtype not in (np.float32, np.float64):
         arr = arr.astype(np.float64)
+    if not np.isfinite(arr).all():
+        # a NaN compares as "not in order" with everything, so it would pass as a low score
+        bad = int((~np.isfinite(arr)).sum())
+        raise ValueError(f"C holds {bad} non-finite value(s) (NaN or inf); scores need finite C")
     return arr
 
 
@@ -150,13 +157,27 @@ def adjacency_score_reference(C: ArrayLike) -> np.ndarray:
     return scores.reshape(arr.shape[:-2])
 
 
+def _real_pair(pred: ArrayLike, true: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """pred and true as flat float64 arrays; complex or non-finite values raise ValueError."""
+    out = []
+    for name, x in (("pred", pred), ("true", true)):
+        arr = np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x)
+        if np.iscomplexobj(arr) or arr.dtype == object:
+            raise ValueError(f"{name} must hold real numbers; got dtype {arr.dtype}")
+        arr = arr.astype(np.float64).ravel()
+        if not np.isfinite(arr).all():
+            raise ValueError(f"{name} holds non-finite values (NaN or inf)")
+        out.append(arr)
+    return out[0], out[1]
+
+
 def nrmse(pred: ArrayLike, true: ArrayLike) -> float:
     """Root-mean-square error divided by the standard deviation of ``true``.
 
     With this normaliser, always predicting the mean position scores 1.0 and a perfect
     prediction 0.0, so values near 1 mean "no better than chance".
     """
-    p, t = np.asarray(pred, dtype=np.float64).ravel(), np.asarray(true, dtype=np.float64).ravel()
+    p, t = _real_pair(pred, true)
     if p.shape != t.shape or p.size == 0:
         raise ValueError(f"pred and true need the same non-zero size; got {p.size} and {t.size}")
     std = t.std()
@@ -167,7 +188,7 @@ def nrmse(pred: ArrayLike, true: ArrayLike) -> float:
 
 def pearson_r(pred: ArrayLike, true: ArrayLike) -> float:
     """Pearson correlation of pred and true; 0.0 where pred is constant (no information)."""
-    p, t = np.asarray(pred, dtype=np.float64).ravel(), np.asarray(true, dtype=np.float64).ravel()
+    p, t = _real_pair(pred, true)
     if p.shape != t.shape or p.size < 2:
         raise ValueError(f"pred and true need the same size >= 2; got {p.size} and {t.size}")
     if p.std() == 0 or t.std() == 0:

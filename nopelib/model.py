@@ -14,17 +14,20 @@ path.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from nopelib.tasks import VOCAB
-
 POS_ENCODINGS = ("none", "learned", "sinusoidal", "rope", "alibi")
 INIT_TARGETS = ("embedding", "all")
 ATTN_IMPLS = ("fused", "explicit")
+# len(nopelib.tasks.VOCAB), the shared character vocabulary of the four tasks; a constant here
+# so that the model does not import the tasks (tests/test_model.py checks that they agree)
+VOCAB_SIZE = 25
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,7 @@ class GPTConfig:
     n_layer: int = 6  # transformer blocks
     n_head: int = 6  # attention heads per block
     n_embd: int = 384  # width of the residual stream
-    vocab_size: int = len(VOCAB)  # the shared character vocabulary of the four tasks
+    vocab_size: int = VOCAB_SIZE  # the shared character vocabulary of the four tasks
     block_size: int = 64  # longest sequence; every task needs at most MAX_SEQ_LEN = 39
     bias: bool = True  # biases in Linear layers and LayerNorms, as in GPT-2
     dropout: float = 0.0
@@ -43,10 +46,18 @@ class GPTConfig:
     init_target: str = "embedding"  # "embedding": only the token embedding; "all": every weight
 
     def __post_init__(self) -> None:
+        # exact types: True is an int and "no" is truthy, and both would otherwise pass
         for name in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
+            if type(value) is not int or value < 1:
                 raise ValueError(f"{name}={value!r} must be a positive integer")
+        for name in ("bias", "causal"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
+        for name in ("dropout", "init_mean", "init_std"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise ValueError(f"{name}={value!r} must be a real number")
         if self.n_embd % self.n_head:
             raise ValueError(
                 f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}"
@@ -61,6 +72,11 @@ class GPTConfig:
             raise ValueError(f"init_std={self.init_std!r} must be a positive finite number")
         if not math.isfinite(self.init_mean):
             raise ValueError(f"init_mean={self.init_mean!r} must be finite")
+        # weights are float32: a draw beyond mean + 8 std (probability ~1e-15) must still fit
+        if abs(self.init_mean) + 8 * self.init_std > FLOAT32_MAX:
+            raise ValueError(f"init_mean={self.init_mean!r}, init_std={self.init_std!r} give "
+                             "weights outside float32 (|mean| + 8 std must be <= "
+                             f"{FLOAT32_MAX:.3g})")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout={self.dropout!r} must be in [0, 1)")
 
@@ -229,6 +245,8 @@ class GPT(nn.Module):
     def _check_idx(self, idx: torch.Tensor) -> None:
         if idx.dim() != 2:
             raise ValueError(f"idx must have shape [batch, time]; got {tuple(idx.shape)}")
+        if idx.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+            raise ValueError(f"idx must hold integer token ids; got dtype {idx.dtype}")
         T = idx.shape[1]
         if T > self.config.block_size:
             raise ValueError(f"input length {T} exceeds block_size={self.config.block_size}")
@@ -276,6 +294,11 @@ class GPT(nn.Module):
         logits = self.lm_head(self._run(idx, attn_impl))
         loss = None
         if targets is not None:
+            on_device = self.training and idx.device.type != "cpu"  # a read is a host sync there
+            may_read = not torch.compiler.is_compiling() and not on_device
+            if may_read and not bool((targets != -100).any()):
+                # a mean over no targets is NaN; checked where a host read is free (the CPU, eval)
+                raise ValueError("targets are all IGNORE_INDEX (-100): there is no loss to take")
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-100)
         return logits, loss
 

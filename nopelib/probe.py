@@ -25,6 +25,7 @@ training-split statistics only.
 from __future__ import annotations
 
 import copy
+import numbers
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -79,8 +80,13 @@ class ProbeResult:
     steps: int  # Adam step of the kept (best-validation) weights
 
 
+def _is_count(value: object) -> bool:
+    """A positive integer of any integer type (numpy's too), but not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+
+
 def _check_window(states: torch.Tensor, w: int) -> None:
-    if not isinstance(w, int) or w < 1:
+    if not _is_count(w):
         raise ValueError(f"w={w!r} must be a positive integer")
     if states.dim() < 3:
         raise ValueError(f"states must have shape [..., N, T, d]; got {tuple(states.shape)}")
@@ -90,7 +96,7 @@ def _check_window(states: torch.Tensor, w: int) -> None:
 
 def window_positions(T: int, w: int) -> np.ndarray:
     """The probed positions of a length-T sequence with window w: k = w, ..., T - 1."""
-    if not isinstance(w, int) or w < 1:
+    if not _is_count(w):
         raise ValueError(f"w={w!r} must be a positive integer")
     if T <= w:
         raise ValueError(f"T={T} must exceed w={w}")

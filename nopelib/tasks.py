@@ -86,7 +86,8 @@ class Task:
         raise NotImplementedError
 
     def _match(self, text: str) -> re.Match[str]:
-        m = self.pattern.fullmatch(text)
+        # ASCII: without it \d also matches other scripts' digits, which encode() rejects
+        m = self.pattern.fullmatch(text) if text.isascii() else None
         if m is None:
             raise ValueError(f"{self.name}: input {text!r} does not match {self.pattern.pattern!r}")
         if len(text) > self.max_input_len:
@@ -226,6 +227,8 @@ def encode_batch(
     ``targets[b, t]`` is the token that position t must predict, or IGNORE_INDEX where the loss
     skips it: only the answer and the end token are learned.
     """
+    if not pairs:
+        raise ValueError("pairs must hold at least one (input, answer) pair")
     seqs = []
     for text, answer in pairs:
         ids = encode(text) + encode(answer) + [EOS_ID]
@@ -250,6 +253,8 @@ def encode_inputs(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
 
     Right padding is safe under causal attention: padding comes after every real position.
     """
+    if not texts:
+        raise ValueError("texts must hold at least one input")
     ids = [encode(t) for t in texts]
     lengths = torch.tensor([len(i) for i in ids])
     idx = torch.full((len(ids), int(lengths.max())), PAD_ID, dtype=torch.long)

@@ -11,22 +11,28 @@ under 20 minutes, ``paper`` is the base 10.6 M model with a budget meant for one
 this module branches on the profile name.
 
 Finished runs are cached (weights as safetensors, metrics as JSON) under a key that hashes the
-full model config, the profile's training fields, the task, the seed and the bytes of
-nopelib's training sources (``TRAINING_SOURCES``). A run is written into a temporary
-directory and renamed into place: the rename is the commit point, so an interrupted run leaves
-nothing that a later call loads.
+full model config, the profile's training fields, the task, the seed, the bytes of nopelib's
+training sources (``TRAINING_SOURCES``), the device type, its dtype policy and the torch
+version. A run is written into a temporary directory and renamed into place: the rename is the
+commit point, so an interrupted run leaves nothing that a later call loads. The metrics record
+the SHA-256 of the weights file, checked on every load; an entry that is unreadable, records
+another key or checksum, or holds non-finite weights is moved aside with a warning and retrained
+(``nopelib.cache``). A run whose loss or weights are not finite is never committed.
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import math
 import multiprocessing
 import os
-import shutil
-import tempfile
+import signal
+import sys
+import threading
 import time
+import warnings
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
@@ -38,12 +44,12 @@ import torch
 from safetensors.torch import load_model, save_model
 from tqdm import tqdm
 
-from nopelib.model import GPT, GPTConfig
+from nopelib import cache
+from nopelib.cache import CACHE_ENV, resolve_cache_dir  # noqa: F401  (CACHE_ENV: re-exported)
+from nopelib.model import FLOAT32_MAX, GPT, GPTConfig
 from nopelib.tasks import EOS_ID, IGNORE_INDEX, MAX_SEQ_LEN, encode, encode_batch, encode_inputs, get_task, make_split
 
-CACHE_ENV = "NOPELIB_CACHE_DIR"
 DEVICES = ("auto", "cpu", "cuda", "mps")
-_PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 @dataclass(frozen=True)
@@ -71,29 +77,52 @@ class TrainProfile:
     n_curve: int = 1_000  # a curve point is exact match on the first n_curve test examples
 
     def __post_init__(self) -> None:
+        # exact types and finite float32 values: a profile that cannot train is refused here,
+        # not discovered as a NaN run (True is an int, and NaN fails no comparison it is in)
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"name={self.name!r} must be a non-empty string")
+        if not isinstance(self.model, GPTConfig):
+            raise ValueError(f"model={self.model!r} must be a GPTConfig")
         for name in ("steps", "batch_size", "n_train", "n_test", "n_eval", "eval_batch_size", "log_every"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
+            if type(value) is not int or value < 1:
                 raise ValueError(f"{name}={value!r} must be a positive integer")
-        if not 0 <= self.warmup_steps <= self.steps:
-            raise ValueError(f"warmup_steps={self.warmup_steps!r} must be in [0, steps={self.steps}]")
+        if type(self.warmup_steps) is not int or not 0 <= self.warmup_steps <= self.steps:
+            raise ValueError(f"warmup_steps={self.warmup_steps!r} must be an integer in "
+                             f"[0, steps={self.steps}]")
+        for name in ("lr", "min_lr_ratio", "weight_decay", "grad_clip"):
+            value = getattr(self, name)
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not math.isfinite(value) or abs(value) > FLOAT32_MAX):
+                raise ValueError(f"{name}={value!r} must be a finite number within float32")
         if not self.lr > 0:
             raise ValueError(f"lr={self.lr!r} must be positive")
         if not 0 <= self.min_lr_ratio <= 1:
             raise ValueError(f"min_lr_ratio={self.min_lr_ratio!r} must be in [0, 1]")
+        if not self.weight_decay >= 0:
+            raise ValueError(f"weight_decay={self.weight_decay!r} must be >= 0")
+        if not self.grad_clip > 0:  # clip_grad_norm_ with a negative norm flips the gradient
+            raise ValueError(f"grad_clip={self.grad_clip!r} must be positive")
+        if (not isinstance(self.betas, tuple) or len(self.betas) != 2
+                or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1
+                           for b in self.betas)):
+            raise ValueError(f"betas={self.betas!r} must be a pair of numbers in [0, 1)")
         for pair in self.task_steps:
-            if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[1], int)
+            if not (isinstance(pair, tuple) and len(pair) == 2 and type(pair[1]) is int
                     and self.warmup_steps <= pair[1]):
                 raise ValueError(f"task_steps entry {pair!r} must be a (task, steps) pair with "
                                  f"integer steps >= warmup_steps={self.warmup_steps}")
-        if not isinstance(self.curve_every, int) or self.curve_every < 0:
+        if type(self.curve_every) is not int or self.curve_every < 0:
             raise ValueError(f"curve_every={self.curve_every!r} must be a non-negative integer")
-        if not isinstance(self.n_curve, int) or not 1 <= self.n_curve <= self.n_test:
-            raise ValueError(f"n_curve={self.n_curve!r} must be an integer in [1, n_test={self.n_test}]")
+        if type(self.n_curve) is not int or not 1 <= self.n_curve <= self.n_test:
+            raise ValueError(f"n_curve={self.n_curve!r} must be an integer in "
+                             f"[1, n_test={self.n_test}]")
         if self.n_eval > self.n_test:
             raise ValueError(f"n_eval={self.n_eval} must be <= n_test={self.n_test}")
-        if not self.seeds:
-            raise ValueError("seeds must name at least one seed")
+        if (not isinstance(self.seeds, tuple) or not self.seeds
+                or not all(type(x) is int and x >= 0 for x in self.seeds)):
+            raise ValueError(f"seeds={self.seeds!r} must be a non-empty tuple of non-negative "
+                             "integers")
 
     def for_task(self, task: str) -> TrainProfile:
         """This profile with ``steps`` set to the task's own budget (``task_steps``), if any."""
@@ -196,17 +225,6 @@ def resolve_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
-def resolve_cache_dir(override: str | Path | None = None) -> Path:
-    """Where runs are cached: ``override``, else $NOPELIB_CACHE_DIR, else the user's cache
-    folder ($XDG_CACHE_HOME or ~/.cache, then ``nopelib``)."""
-    if override is not None:
-        return Path(override)
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "nopelib"
-
-
 # The modules whose code decides what a run trains into: the model, the data, the loop.
 # Analysis, plotting, probe and benchmark code cannot change a trained model, so editing them
 # keeps the cache.
@@ -216,17 +234,23 @@ TRAINING_SOURCES = ("model.py", "tasks.py", "train.py")
 def source_hash() -> str:
     """SHA-256 of the bytes of nopelib's training sources (TRAINING_SOURCES): a change to any
     of them invalidates every cached run."""
-    h = hashlib.sha256()
-    for path in (_PACKAGE_DIR / name for name in TRAINING_SOURCES):
-        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
+    return cache.source_hash(TRAINING_SOURCES)
 
 
-def run_key(task: str, seed: int, profile: TrainProfile) -> str:
-    """The cache key of a run: the full config, the profile's training fields, task, seed, source."""
+def dtype_policy(device_type: str) -> str:
+    """How ``train`` computes on a device type: bfloat16 autocast on CUDA, float32 elsewhere."""
+    return "autocast-bfloat16" if device_type == "cuda" else "float32"
+
+
+def run_key(task: str, seed: int, profile: TrainProfile, device: str | torch.device = "cpu") -> str:
+    """The cache key of a run: the full config, the profile's training fields, task, seed, source,
+    and what else changes the trained weights: the device type, its dtype policy, torch's version
+    (a CUDA bfloat16 run is another run than a CPU float32 one)."""
     fields = asdict(profile)
     fields.pop("seeds")  # which seeds a chapter trains does not change how one seed trains
-    payload = {"task": task, "seed": seed, "profile": fields, "source": source_hash()}
+    kind = torch.device(device).type
+    payload = {"task": task, "seed": seed, "profile": fields, "source": source_hash(),
+               "device_type": kind, "dtype_policy": dtype_policy(kind), "torch": torch.__version__}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -414,33 +438,73 @@ def greedy_accuracy(model: GPT, pairs: list[tuple[str, str]], batch_size: int = 
     return correct / len(pairs)
 
 
-def _load(run_dir: Path, key: str, profile: TrainProfile) -> tuple[GPT, dict] | None:
-    """The committed run under ``run_dir`` if its recorded key is ``key``; else None."""
-    metrics_path = run_dir / "metrics.json"
-    if not metrics_path.is_file():
-        return None
-    metrics = json.loads(metrics_path.read_text())
-    if metrics.get("key") != key:
-        return None
+class _BadEntry(Exception):
+    """A run cache entry that must not be used; the message says why."""
+
+
+def _check_entry(run_dir: Path, key: str, profile: TrainProfile) -> tuple[GPT, dict]:
+    """The committed run under ``run_dir``, verified; raises _BadEntry naming the problem."""
+    try:
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise _BadEntry(f"metrics.json: {type(exc).__name__}: {exc}") from None
+    if not isinstance(metrics, dict) or metrics.get("key") != key:
+        got = metrics.get("key") if isinstance(metrics, dict) else None
+        raise _BadEntry(f"metrics.json records key {got!r}, not {key!r}")
+    weights = run_dir / "model.safetensors"
+    try:
+        digest = cache.file_sha256(weights)
+    except OSError as exc:
+        raise _BadEntry(f"model.safetensors: {exc}") from None
+    if metrics.get("weights_sha256") != digest:
+        raise _BadEntry("model.safetensors does not match the SHA-256 in metrics.json")
     model = GPT(profile.model)
-    load_model(model, str(run_dir / "model.safetensors"), device="cpu")
+    try:
+        load_model(model, str(weights), device="cpu")
+    except Exception as exc:  # noqa: BLE001  (safetensors raises its own types)
+        raise _BadEntry(f"model.safetensors: {type(exc).__name__}: {exc}") from None
+    if not _finite_weights(model):
+        raise _BadEntry("model.safetensors holds non-finite weights")
     return model.eval(), metrics
 
 
-def _commit(runs: Path, key: str, model: GPT, metrics: dict) -> None:
-    """Write weights and metrics to a temporary directory, then rename it to ``runs/key``."""
-    runs.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{key}-", dir=runs))
+def _load(run_dir: Path, key: str, profile: TrainProfile) -> tuple[GPT, dict] | None:
+    """The committed run under ``run_dir``, or None: absent, or unusable and moved aside."""
+    if not os.path.lexists(run_dir):
+        return None
     try:
-        save_model(model, str(tmp / "model.safetensors"))
-        (tmp / "metrics.json").write_text(json.dumps(metrics, indent=1))
-        try:
-            os.replace(tmp, runs / key)  # the commit point
-        except OSError:
-            if not (runs / key / "metrics.json").is_file():  # not a concurrent writer's success
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        return _check_entry(run_dir, key, profile)
+    except _BadEntry as exc:
+        cache.quarantine(run_dir, str(exc))
+        return None
+
+
+def _finite_weights(model: GPT) -> bool:
+    return all(bool(torch.isfinite(p).all()) for p in model.state_dict().values())
+
+
+def _commit(runs: Path, key: str, model: GPT, metrics: dict, profile: TrainProfile) -> None:
+    """Write weights and metrics to a temporary directory, then rename it to ``runs/key``.
+
+    Refuses (RuntimeError) a run whose loss or weights are not finite: such a run is a failed
+    run, and caching it would serve the failure as a result."""
+    losses = [metrics["final_loss"], *metrics["loss_curve"]]
+    if not all(math.isfinite(x) for x in losses) or not _finite_weights(model):
+        raise RuntimeError(f"run {metrics.get('task')!r} seed {metrics.get('seed')!r} of profile "
+                           f"{profile.name!r} diverged (non-finite loss or weights); not cached")
+    tmp = cache.staging_dir(runs, key)
+    save_model(model, str(tmp / "model.safetensors"))
+    metrics["weights_sha256"] = cache.file_sha256(tmp / "model.safetensors")
+    (tmp / "metrics.json").write_text(json.dumps(metrics, indent=1))
+    cache.commit_dir(tmp, runs / key, lambda d: _valid(d, key, profile))
+
+
+def _valid(run_dir: Path, key: str, profile: TrainProfile) -> bool:
+    try:
+        _check_entry(run_dir, key, profile)
+    except _BadEntry:
+        return False
+    return True
 
 
 def train_or_load(
@@ -459,7 +523,7 @@ def train_or_load(
     if not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed={seed!r} must be a non-negative integer")
     dev = resolve_device(device)
-    key = run_key(task, seed, prof)
+    key = run_key(task, seed, prof, dev)
     runs = resolve_cache_dir(cache_dir) / "runs"
     loaded = _load(runs / key, key, prof)
     if loaded is not None:
@@ -484,16 +548,80 @@ def train_or_load(
     metrics.update(
         n_test=len(test), task=task, seed=seed, key=key, profile=prof.name,
         num_params=model.num_params(), config=prof.model.to_dict(), torch=torch.__version__,
+        dtype_policy=dtype_policy(dev.type),
         date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
     model = model.cpu().eval()
-    _commit(runs, key, model, metrics)
+    _commit(runs, key, model, metrics, prof)
     return TrainedRun(model, metrics, prof.model, prof, from_cache=False)
+
+
+# Sustained training FLOP/s of one run on one CPU thread, measured on the quick profile (about
+# 6 * params * tokens / seconds); only for the expected time that train_many warns with.
+CPU_FLOPS_PER_RUN = 3e10
+
+
+def expected_cpu_seconds(profile: TrainProfile) -> float:
+    """Rough seconds one run of ``profile`` trains on one CPU thread: 6 FLOPs per parameter
+    and token (forward and backward), every row at the longest task's length."""
+    with torch.device("meta"):  # shapes only: no memory, no initialisation cost
+        n_params = GPT(profile.model).num_params()
+    tokens = profile.steps * profile.batch_size * MAX_SEQ_LEN
+    return 6 * n_params * tokens / CPU_FLOPS_PER_RUN
+
+
+def _die_with_parent(parent: int) -> None:
+    """Worker initializer: end this process when the parent dies or is interrupted.
+
+    Linux delivers SIGKILL on the parent's death (prctl PR_SET_PDEATHSIG; strictly, when the
+    thread that started the worker ends: train_many's caller); a daemon thread also polls the
+    parent's id, the only mechanism elsewhere. SIGINT is ignored: Ctrl-C reaches the whole process group,
+    and the parent decides (it cancels queued runs and terminates the running ones).
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def _train_in_worker(task: str, seed: int, profile: str | TrainProfile, device: str,
                      cache_dir: str | Path | None) -> None:
     train_or_load(task, seed, profile, device=device, cache_dir=cache_dir, progress=False)
+
+
+def _train_in_pool(missing: list[tuple[str, int]], prof: TrainProfile, device: str,
+                   cache_dir: str | Path | None, n_workers: int) -> None:
+    """Train ``missing`` in ``n_workers`` spawned processes that cannot outlive this one.
+
+    On any exception, KeyboardInterrupt included, queued runs are cancelled and running workers
+    terminated before it propagates: control returns at once, not after the runs in flight.
+    """
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no inherited threads
+    pool = ProcessPoolExecutor(n_workers, mp_context=context, initializer=_die_with_parent,
+                               initargs=(os.getpid(),))
+    futures = []
+    try:
+        futures += [pool.submit(_train_in_worker, t, s, prof, device, cache_dir)
+                    for t, s in missing]
+        for future in tqdm(futures, desc=f"training {len(missing)} runs on {n_workers} processes"):
+            future.result()
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        for process in list((pool._processes or {}).values()):  # no public API to stop workers
+            process.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
 
 
 def train_many(
@@ -509,22 +637,28 @@ def train_many(
     (default: one per core) train that many runs at once, and the results are identical to
     training them one by one. On an accelerator the runs train one after another in this
     process. Every run is committed to the cache by whoever trains it and loaded from there.
+    A (task, seed) listed twice is trained once. Training that is expected to take over an hour
+    on the CPU warns first, with the expected time. Workers die with this process, and an
+    interrupt (Ctrl-C) cancels queued runs and terminates running ones.
     """
     prof = get_profile(profile)
+    runs = list(dict.fromkeys((t, s) for t, s in runs))  # duplicates train once; order kept
     for task, _ in runs:
         get_task(task)
     dev = resolve_device(device)
     root = resolve_cache_dir(cache_dir) / "runs"
-    keys = {(t, s): run_key(t, s, prof) for t, s in runs}
+    keys = {(t, s): run_key(t, s, prof, dev) for t, s in runs}
     missing = [(t, s) for t, s in runs if _load(root / keys[t, s], keys[t, s], prof) is None]
     # longest sequences first (a run's time grows with its task's length): the runs left for
     # the end are the short ones, so workers idle less while the last run finishes
     missing.sort(key=lambda run: -get_task(run[0]).max_input_len)
     n_workers = min(workers or os.cpu_count() or 1, len(missing))
+    if dev.type == "cpu" and missing:
+        hours = expected_cpu_seconds(prof) * math.ceil(len(missing) / n_workers) / 3600
+        if hours > 1:
+            warnings.warn(f"training {len(missing)} runs of profile {prof.name!r} on the CPU is "
+                          f"expected to take about {hours:.0f} h on {n_workers} processes; "
+                          "a GPU (device='cuda') or profile 'quick' is faster", stacklevel=2)
     if dev.type == "cpu" and n_workers > 1:
-        context = multiprocessing.get_context("spawn")  # a fresh interpreter: no inherited threads
-        with ProcessPoolExecutor(n_workers, mp_context=context) as pool:
-            futures = [pool.submit(_train_in_worker, t, s, prof, device, cache_dir) for t, s in missing]
-            for future in tqdm(futures, desc=f"training {len(missing)} runs on {n_workers} processes"):
-                future.result()
+        _train_in_pool(missing, prof, device, cache_dir, n_workers)
     return {(t, s): train_or_load(t, s, prof, device=device, cache_dir=cache_dir) for t, s in runs}

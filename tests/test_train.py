@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+import nopelib.cache as cache
 import nopelib.train as tr
 from nopelib.model import GPT, GPTConfig
 from nopelib.tasks import EOS_ID, VOCAB, encode, get_task, make_split
@@ -196,8 +197,8 @@ def test_source_hash_follows_the_training_sources_only(tmp_path, monkeypatch):
     pkg = tmp_path / "nopelib"
     pkg.mkdir()
     for name in (*tr.TRAINING_SOURCES, "viz.py"):
-        (pkg / name).write_bytes((tr._PACKAGE_DIR / name).read_bytes())
-    monkeypatch.setattr(tr, "_PACKAGE_DIR", pkg)
+        (pkg / name).write_bytes((cache.PACKAGE_DIR / name).read_bytes())
+    monkeypatch.setattr(cache, "PACKAGE_DIR", pkg)
     original = tr.source_hash()
     assert len(original) == 64
     (pkg / "viz.py").write_text("# plotting code cannot change a trained model\n")
@@ -241,9 +242,13 @@ def test_train_many_submits_the_longest_tasks_first(tmp_path, monkeypatch):
             fn(*args)
             return Finished()
 
+        def shutdown(self, wait=True, cancel_futures=False):
+            pass
+
     monkeypatch.setattr(tr, "ProcessPoolExecutor", InlinePool)
     runs = [("addition", 0), ("reversal", 0), ("ordering", 0), ("indexing", 0), ("addition", 1)]
-    done = tr.train_many(runs, TINY, device="cpu", cache_dir=tmp_path, workers=2)
+    done = tr.train_many(runs + [("reversal", 0), ("addition", 1)], TINY, device="cpu", cache_dir=tmp_path,
+                         workers=2)  # duplicates are trained once
     lengths = [get_task(task).max_input_len for task, _ in submitted]
     assert sorted(submitted) == sorted(runs) and lengths == sorted(lengths, reverse=True)
     assert submitted[0] == ("reversal", 0) and set(done) == set(runs)
