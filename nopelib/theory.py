@@ -32,7 +32,10 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from nopelib.hooks import capture_activations
+from nopelib.analysis import length_groups
+from nopelib.metrics import adjacency_score, cosine_similarity_matrix
+from nopelib.model import GPT
+from nopelib.tasks import encode_inputs
 
 LN_EPS = 1e-5  # torch.nn.LayerNorm's default epsilon, used by every LayerNorm of the model
 
@@ -223,52 +226,44 @@ def sigma_at_level(sigmas: Sequence[float], scores: Sequence[float], level: floa
 
 
 @torch.no_grad()
-def measure_value_scale(model: torch.nn.Module, idx: torch.Tensor) -> float:
+def measure_value_scale(model: GPT, idx: torch.Tensor) -> float:
     """RMS norm of one projected value vector of block 1, from its attention output.
 
     Under uniform attention |a_k|^2 = s^2 n_kk / k^2 (repeats counted), so s^2 is estimated as
     the mean of |a_k|^2 k^2 / n_kk over the batch idx [B, T] (no padding) and all positions.
     Position 1 alone would be exact (it attends only to itself) but sees only the first token.
     """
-    with capture_activations(model, ["transformer.h.0.attn"]) as cap:
-        model(idx)
-    a = cap["transformer.h.0.attn"][0].double()  # [B, T, d]
+    name = "blocks.0.hook_attn_out"
+    _, cache = model.run_with_cache(idx, [name], attn_impl="fused", stop_at_layer=1)
+    a = cache[name].double()  # [B, T, d]
     k2 = torch.arange(1, idx.shape[1] + 1, dtype=torch.float64) ** 2  # [T]
-    n_kk = torch.stack([torch.tensor(np.diag(coincidence_counts(row.tolist()))) for row in idx])  # [B, T]
-    return float(((a.pow(2).sum(-1) * k2 / n_kk).mean()).sqrt())
+    n_kk = torch.stack([torch.tensor(np.diag(coincidence_counts(row.tolist()))) for row in idx])
+    return float(((a.pow(2).sum(-1) * k2 / n_kk).mean()).sqrt())  # n_kk: [B, T]
 
 
 @torch.no_grad()
-def block1_activations(model: torch.nn.Module, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+def block1_activations(model: GPT, idx: torch.Tensor) -> dict[str, torch.Tensor]:
     """Run only block 1 of a NoPE model on idx [B, T] (no padding) and return its pieces.
 
-    {"embedding": e [B, T, d], "attn_out": a [B, T, d] (captured by a forward hook on
-    ``transformer.h.0.attn``: c_proj's output, before the residual add), "hidden": h1 [B, T, d]
-    (the residual stream after block 1, MLP included), "weights": [B, H, T, T] attention
-    probabilities}. Skipping blocks 2..L makes a sweep over many models affordable.
+    {"embedding": e [B, T, d], "attn_out": a [B, T, d] (c_proj's output, before the residual
+    add), "hidden": h1 [B, T, d] (the residual stream after block 1, MLP included), "weights":
+    [B, H, T, T] attention probabilities}. Skipping blocks 2..L makes a sweep over many models
+    affordable.
     """
     if model.config.pos_encoding != "none":
-        raise ValueError(f"pos_encoding={model.config.pos_encoding!r}: block1_activations models NoPE only ('none')")
-    e = model.transformer.wte(idx)  # [B, T, d]
-    weights: list[torch.Tensor] = []
-    with capture_activations(model, ["transformer.h.0.attn"]) as cap:
-        h1 = model.transformer.h[0](e, "explicit", weights)
-    return {"embedding": e, "attn_out": cap["transformer.h.0.attn"][0], "hidden": h1, "weights": weights[0]}
+        raise ValueError(f"pos_encoding={model.config.pos_encoding!r}: block1_activations "
+                         "models NoPE only ('none')")
+    names = {"embedding": "blocks.0.hook_resid_pre", "attn_out": "blocks.0.hook_attn_out",
+             "hidden": "blocks.0.hook_resid_post", "weights": "blocks.0.attn.hook_pattern"}
+    _, cache = model.run_with_cache(idx, list(names.values()), stop_at_layer=1)
+    return {key: cache[name] for key, name in names.items()}
 
 
-def block1_scores(model: torch.nn.Module, texts: Sequence[str]) -> np.ndarray:
+def block1_scores(model: GPT, texts: Sequence[str]) -> np.ndarray:
     """Layer-1 adjacency score of each text for h = e + a (the model of this module: block 1
     without its MLP) and for the real h1: [len(texts), 2]. Texts are batched by length."""
-    from nopelib.metrics import adjacency_score, cosine_similarity_matrix
-    from nopelib.tasks import encode_inputs
-
-    by_len: dict[int, list[int]] = {}
-    for n, text in enumerate(texts):
-        by_len.setdefault(len(text), []).append(n)
     out = np.empty((len(texts), 2))
-    for T, members in by_len.items():
-        if T < 3:
-            raise ValueError(f"texts of length {T} have no row with two earlier positions; need >= 3")
+    for members in length_groups(texts).values():
         idx, _ = encode_inputs([texts[n] for n in members])
         act = block1_activations(model, idx)
         states = torch.stack([act["embedding"] + act["attn_out"], act["hidden"]])  # [2, B, T, d]

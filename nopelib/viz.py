@@ -1,11 +1,11 @@
 """Plotly figures for the book, and the renderer that makes them show in the built HTML.
 
-Importing this module sets plotly's default renderer to ``"nopebook"``. Under a kernel,
-plotly >= 6 emits only ``application/vnd.plotly.v1+json``, which MyST-NB does not render, so
-the page comes out blank. The ``nopebook`` renderer emits that bundle *and* a ``text/html``
+Under a kernel, plotly >= 6 emits only ``application/vnd.plotly.v1+json``, which MyST-NB does
+not render, so the page comes out blank. ``use_book_renderer()`` (each chapter calls it once)
+makes plotly's default renderer ``"nopebook"``, which emits that bundle *and* a ``text/html``
 div that draws with the ``Plotly`` global. The book serves plotly.js itself (see
-``nopelib.sphinx_ext``), so nothing is fetched from a CDN. JupyterLab and VS Code pick the
-plotly JSON; the book picks the HTML.
+``book/_ext/plotly_offline.py``), so nothing is fetched from a CDN. JupyterLab and VS Code pick
+the plotly JSON; the book picks the HTML. Importing this module changes no global setting.
 """
 
 from __future__ import annotations
@@ -27,8 +27,11 @@ class BookRenderer(MimetypeRenderer):
         return {"application/vnd.plotly.v1+json": fig.to_plotly_json(), "text/html": html}
 
 
-pio.renderers["nopebook"] = BookRenderer()
-pio.renderers.default = "nopebook"
+def use_book_renderer() -> None:
+    """Make every figure that is shown render in the static book as well as in live front ends."""
+    pio.renderers["nopebook"] = BookRenderer()
+    pio.renderers.default = "nopebook"
+
 
 HEATMAP_SCALE = "Viridis"
 
