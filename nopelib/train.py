@@ -29,6 +29,7 @@ import tempfile
 import time
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -221,6 +222,27 @@ def adamw(model: GPT, profile: TrainProfile, fused: bool | None = None) -> torch
     return torch.optim.AdamW(groups, lr=profile.lr, betas=profile.betas, fused=fused or None)
 
 
+def train_step(
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    idx: torch.Tensor,
+    targets: torch.Tensor,
+    grad_clip: float,
+    autocast: AbstractContextManager | None = None,
+    attn_impl: str = "fused",
+) -> torch.Tensor:
+    """One optimizer step on a batch idx, targets [B, T]: forward with the loss on the answer
+    tokens, backward, gradient clipping, AdamW. Returns the loss, detached, on the device (no
+    host sync); the benchmark times exactly this step."""
+    with autocast or nullcontext():
+        _, loss = model(idx, targets, attn_impl=attn_impl)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    opt.step()
+    return loss.detach()
+
+
 def train(
     task: str, seed: int, profile: TrainProfile, device: torch.device, progress: bool = True
 ) -> tuple[GPT, dict]:
@@ -258,13 +280,7 @@ def train(
         tokens += B * T
         for group in opt.param_groups:
             group["lr"] = profile.lr_at(step)
-        with autocast:
-            _, loss = model(idx, targets)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), profile.grad_clip)
-        opt.step()
-        loss_sum += loss.detach()
+        loss_sum += train_step(model, opt, idx, targets, profile.grad_clip, autocast)
         if (step + 1) % profile.log_every == 0 or step + 1 == profile.steps:
             n = (step % profile.log_every) + 1
             losses.append(loss_sum.item() / n)  # the one host sync per log_every steps
