@@ -158,7 +158,8 @@ def config_scores(
             model = random_model(config, seed=seed)
             texts = [t for task in TASKS for t in sample_inputs(task, inputs_per_task, seed=seed)]
             scores = layer_scores(model, texts).mean(0)  # [L+1]: equal inputs per task
-            rows += [dict(fields, seed=seed, layer=layer, score=s) for layer, s in enumerate(scores)]
+            rows += [dict(fields, seed=seed, layer=layer, score=s)
+                     for layer, s in enumerate(scores)]
             del model
     return pd.DataFrame(rows)
 
@@ -242,7 +243,8 @@ def slider_frames(
 ) -> tuple[dict[tuple[float, int], np.ndarray], dict[tuple[float, int], float]]:
     """Similarity matrix and adjacency score of ``text`` at every (σ, layer), for static sliders.
 
-    ``stds`` replace ``init_std`` of ``base``; returns ({(σ, layer): [T, T]}, {(σ, layer): score}).
+    ``stds`` replace ``init_std`` of ``base``; returns ({(σ, layer): [T, T]},
+    {(σ, layer): score}).
     """
     base = base or GPTConfig()
     matrices, scores = {}, {}

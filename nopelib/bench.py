@@ -16,7 +16,7 @@ library's own code paths:
 - ``evaluation``: ``train.greedy_accuracy`` against ``train.evaluate`` (teacher forcing); their
   accuracies must agree.
 - ``probe``: ``probe.model_states`` and one ``probe.fit_probe`` per feature set.
-- ``chapters``: each chapter of ``_toc.yml`` run with papermill: results cache off
+- ``chapters``: each chapter of ``_toc.yml`` run with nbclient: results cache off
   (``NOPELIB_MEMO=0``), then on twice; the second is a rerun that reads ``nopelib.memo``.
 
 Timings are medians over repeats after a warm-up; the spread is the min and max of the repeats.
@@ -39,9 +39,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from unittest import mock
 
+import nbclient
+import nbformat
 import numba
 import numpy as np
-import papermill
 import torch
 import yaml
 
@@ -354,15 +355,16 @@ def toc_chapters(toc: Path = ROOT / "_toc.yml") -> list[Path]:
 
 
 def _execute(path: Path, timeout_s: int, memo_on: bool) -> tuple[float, str]:
-    """Wall seconds and status of executing one notebook with papermill, cwd = its folder."""
+    """Wall seconds and status of executing one notebook with nbclient, as the book build
+    does, cwd = its folder. (papermill waits forever on the chapters' ipywidgets cells.)"""
+    nb = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(nb, timeout=timeout_s, kernel_name="python3",
+                                     resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
     # the kernel inherits this environment; patch.dict restores it afterwards
-    with mock.patch.dict(os.environ, {MEMO_ENV: "1" if memo_on else "0"}), \
-            tempfile.TemporaryDirectory() as out:
+    with mock.patch.dict(os.environ, {MEMO_ENV: "1" if memo_on else "0"}):
         try:
-            papermill.execute_notebook(path, Path(out) / path.name, cwd=path.parent,
-                                       kernel_name="python3", execution_timeout=timeout_s,
-                                       progress_bar=False)
+            client.execute()
             status = "ok"
         except Exception as exc:
             last = str(exc).strip().splitlines()[-1][:200]

@@ -32,8 +32,8 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from nopelib.analysis import length_groups
-from nopelib.metrics import adjacency_score, cosine_similarity_matrix
+from nopelib.analysis import length_groups, random_model
+from nopelib.metrics import adjacency_row_scores, adjacency_score, cosine_similarity_matrix
 from nopelib.model import GPT
 from nopelib.tasks import encode_inputs
 
@@ -136,7 +136,8 @@ def simulate_averaged(n_draws: int, T: int, d: int, seed: int = 0, mean: float =
 
 
 def value_scale(sigma: float | np.ndarray, s_inf: float, eps: float = LN_EPS) -> np.ndarray:
-    """Norm of one projected value vector for embedding std sigma: s_inf sigma / sqrt(sigma^2 + eps).
+    """Norm of one projected value vector for embedding std sigma:
+    s_inf sigma / sqrt(sigma^2 + eps).
 
     ln_1 divides by sqrt(var + eps), so for sigma^2 >> eps the value vectors do not depend on
     sigma (s = s_inf); for sigma^2 ~ eps = 1e-5 (sigma ~ 3e-3) and below they shrink with it.
@@ -145,7 +146,9 @@ def value_scale(sigma: float | np.ndarray, s_inf: float, eps: float = LN_EPS) ->
     return s_inf * sigma / np.sqrt(sigma**2 + eps)
 
 
-def embedding_ratio(sigma: float | np.ndarray, s_inf: float, d: int, eps: float = LN_EPS) -> np.ndarray:
+def embedding_ratio(
+    sigma: float | np.ndarray, s_inf: float, d: int, eps: float = LN_EPS
+) -> np.ndarray:
     """rho = |e| / |u| = sigma sqrt(d) / value_scale(sigma): the residual's token term over the
     averaged term's per-token scale. It tends to sqrt(d eps)/s_inf as sigma -> 0, not to 0."""
     _check_positive_int("d", d)
@@ -155,7 +158,8 @@ def embedding_ratio(sigma: float | np.ndarray, s_inf: float, d: int, eps: float 
 @lru_cache(maxsize=64)
 def _triples(T: int) -> np.ndarray:
     """All (k, i, j) with i < j < k, k >= 2 (0-based): [N, 3]."""
-    return np.array([(k, i, j) for k in range(2, T) for j in range(k) for i in range(j)], dtype=np.int64)
+    return np.array([(k, i, j) for k in range(2, T) for j in range(k) for i in range(j)],
+                    dtype=np.int64)
 
 
 def predicted_row_scores(tokens: Sequence[int], rho: float, d: int) -> np.ndarray:
@@ -187,7 +191,8 @@ def predicted_row_scores(tokens: Sequence[int], rho: float, d: int) -> np.ndarra
     p = torch.special.ndtr(torch.from_numpy(z)).numpy()  # [N]
     rows = np.full(T, np.nan)
     k = idx[:, 0]
-    rows[2:] = np.bincount(k, weights=p, minlength=T)[2:] / (np.arange(2, T) * np.arange(1, T - 1) / 2)
+    pairs = np.arange(2, T) * np.arange(1, T - 1) / 2  # C(k, 2) comparisons in row k
+    rows[2:] = np.bincount(k, weights=p, minlength=T)[2:] / pairs
     return rows
 
 
@@ -269,3 +274,43 @@ def block1_scores(model: GPT, texts: Sequence[str]) -> np.ndarray:
         states = torch.stack([act["embedding"] + act["attn_out"], act["hidden"]])  # [2, B, T, d]
         out[members] = adjacency_score(cosine_similarity_matrix(states)).T
     return out
+
+
+def gram_cosine(K: np.ndarray) -> np.ndarray:
+    """The cosine matrix of a Gram matrix K [T, T]: K_ij / sqrt(K_ii K_jj)."""
+    return K / np.sqrt(np.outer(np.diag(K), np.diag(K)))
+
+
+def predicted_rows(token_seqs: Sequence[Sequence[int]], sigma: float, s_inf: float,
+                   d: int) -> np.ndarray:
+    """Predicted layer-1 row scores of rows k = 2..T-1, averaged over sequences of one length T
+    (a random model with embedding std sigma): [T - 2]."""
+    rho = float(embedding_ratio(sigma, s_inf, d))
+    return np.mean([predicted_row_scores(t, rho, d)[2:] for t in token_seqs], axis=0)
+
+
+def sigma_sweep(sigmas: Sequence[float], n_seeds: int, texts: Sequence[str],
+                long_texts: Sequence[str]) -> dict[str, np.ndarray]:
+    """Block 1 of random NoPE base models (seeds 0..n_seeds-1) at every embedding std in sigmas.
+
+    Returns {"scores": [σ, seed, 2] layer-1 scores of e + a and of h1, mean over ``texts``;
+    "rows": [σ, T-2] row scores k = 2..T-1 of h1 on ``long_texts`` (all of one length T), mean
+    over texts and seeds; "cosine": [σ, T, T] the h1 cosine matrix of the first long text,
+    seed 0}: every measurement the chapter sets beside its prediction.
+    """
+    idx, _ = encode_inputs(list(long_texts))  # [n_long, T]
+    T = idx.shape[1]
+    scores = np.empty((len(sigmas), n_seeds, 2))
+    rows = np.empty((len(sigmas), T - 2))
+    cosine = np.empty((len(sigmas), T, T))
+    for n, sigma in enumerate(sigmas):
+        row_scores = []
+        for seed in range(n_seeds):
+            model = random_model(seed=seed, init_std=float(sigma))
+            scores[n, seed] = block1_scores(model, texts).mean(0)
+            C = cosine_similarity_matrix(block1_activations(model, idx)["hidden"])  # [n, T, T]
+            row_scores.append(adjacency_row_scores(C)[:, 2:])  # rows 0, 1 have no pair
+            if seed == 0:
+                cosine[n] = C[0].numpy()
+        rows[n] = np.concatenate(row_scores).mean(axis=0)
+    return {"scores": scores, "rows": rows, "cosine": cosine}
