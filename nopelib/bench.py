@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -43,6 +42,7 @@ import nbclient
 import nbformat
 import numba
 import numpy as np
+import pandas as pd
 import torch
 import yaml
 
@@ -148,28 +148,21 @@ def task_batches(batch_size: int, seed: int = 0) -> dict[str, tuple[torch.Tensor
             for name in TASKS}
 
 
-@dataclass(frozen=True)
-class TrainVariant:
-    name: str
-    attn_impl: str
-    compile: bool
-    fused_adamw: bool
-    bf16_autocast: bool
+VARIANT_FIELDS = ("name", "attn_impl", "compile", "fused_adamw", "bf16_autocast")
+VARIANTS = (  # the reference first
+    ("eager explicit (ref)", "explicit", False, False, False),
+    ("fused SDPA", "fused", False, False, False),
+    ("fused SDPA + AdamW fused", "fused", False, True, False),
+    ("fused SDPA + compile", "fused", True, False, False),
+    ("fused + AdamW fused + bf16", "fused", False, True, True),
+    ("fused + compile + AdamW fused + bf16", "fused", True, True, True),
+)
 
 
-def train_variants(device: torch.device, compile: bool) -> list[TrainVariant]:
-    """The reference first, then the fast paths that exist on ``device``."""
-    V = TrainVariant
-    out = [V("eager explicit (ref)", "explicit", False, False, False),
-           V("fused SDPA", "fused", False, False, False),
-           V("fused SDPA + AdamW fused", "fused", False, True, False)]
-    if compile:
-        out.append(V("fused SDPA + compile", "fused", True, False, False))
-    if device.type == "cuda":
-        out.append(V("fused + AdamW fused + bf16", "fused", False, True, True))
-        if compile:
-            out.append(V("fused + compile + AdamW fused + bf16", "fused", True, True, True))
-    return out
+def train_variants(device: torch.device, compile: bool) -> list[dict]:
+    """The training-step variants that exist on ``device`` (bf16 on CUDA only), as dicts."""
+    return [dict(zip(VARIANT_FIELDS, v)) for v in VARIANTS
+            if (compile or not v[2]) and (device.type == "cuda" or not v[4])]
 
 
 def bench_train(config: GPTConfig, sizes: Sizes, device: torch.device) -> dict:
@@ -183,21 +176,21 @@ def bench_train(config: GPTConfig, sizes: Sizes, device: torch.device) -> dict:
     runs = []
     for v in train_variants(device, sizes.compile):
         model = random_model(config, seed=0, device=device).train()  # the same weights for all
-        runs.append(dict(variant=v, model=torch.compile(model) if v.compile else model,
-                         opt=adamw(model, PROFILES["paper"], fused=v.fused_adamw),
+        runs.append(dict(variant=v, model=torch.compile(model) if v["compile"] else model,
+                         opt=adamw(model, PROFILES["paper"], fused=v["fused_adamw"]),
                          samples=[], status="ok"))
 
     def one_pass(r: dict) -> None:
         v = r["variant"]
         for idx, targets in batches:
-            bf16 = torch.autocast(device.type, dtype=torch.bfloat16) if v.bf16_autocast else None
-            train_step(r["model"], r["opt"], idx, targets, 1.0, bf16, v.attn_impl)
+            bf16 = torch.autocast(device.type, dtype=torch.bfloat16) if v["bf16_autocast"] else None
+            train_step(r["model"], r["opt"], idx, targets, 1.0, bf16, v["attn_impl"])
         _sync(device)
 
     for r in runs:  # warm-up: the first pass holds compilation (one graph per distinct T)
         start = time.perf_counter()
         try:  # a recompile for dynamic shapes lands in a second pass
-            for _ in range(2 if r["variant"].compile else 1):
+            for _ in range(2 if r["variant"]["compile"] else 1):
                 one_pass(r)
         except Exception as exc:  # torch.compile may lack a working C++ toolchain
             r["status"] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
@@ -211,14 +204,14 @@ def bench_train(config: GPTConfig, sizes: Sizes, device: torch.device) -> dict:
     rows, n = [], len(batches)
     ref_step = statistics.median(runs[0]["samples"]) / n
     for r in runs:
-        row = {**asdict(r["variant"]), "status": r["status"]}
+        row = {**r["variant"], "status": r["status"]}
         if r["status"] == "ok":
             s = _summary([x / n for x in r["samples"]])
             step = s["median_s"]
             row.update(step_ms=1000 * step, step_ms_min=1000 * s["min_s"],
                        step_ms_max=1000 * s["max_s"], repeats=s["repeats"],
                        tokens_per_s=tokens_per_pass / (step * n), speedup=_ratio(ref_step, step))
-            if r["variant"].compile:  # the warm-up less its two passes at the steady step time
+            if r["variant"]["compile"]:  # the warm-up less its two passes at the steady step time
                 row["compile_s"] = max(r["warmup_s"] - 2 * step * n, 0.0)
         rows.append(row)
     seq_len = {k: i.shape[1] for k, (i, _) in named.items()}
@@ -242,13 +235,10 @@ def bench_extraction(config: GPTConfig, sizes: Sizes, device: torch.device) -> d
         "forward explicit": calls(lambda i: model(i, attn_impl="explicit")),
         "forward fused": calls(lambda i: model(i, attn_impl="fused")),
     }
-    rows = []
-    ref_s = None
-    for name, fn in cases.items():
-        s = time_call(fn, sizes.extract_repeats, device)
-        ref_s = ref_s or s["median_s"]
-        rows.append({"name": name, "seq_per_s": n_seq / s["median_s"], **s,
-                     "speedup": _ratio(ref_s, s["median_s"])})
+    times = {name: time_call(fn, sizes.extract_repeats, device) for name, fn in cases.items()}
+    ref_s = times["hidden_states (explicit, ref)"]["median_s"]
+    rows = [{"name": name, "seq_per_s": n_seq / t["median_s"], **t,
+             "speedup": _ratio(ref_s, t["median_s"])} for name, t in times.items()]
     return {"config": config.to_dict(), "n_sequences": n_seq, "rows": rows}
 
 
@@ -356,7 +346,8 @@ def toc_chapters(toc: Path = ROOT / "_toc.yml") -> list[Path]:
 
 def _execute(path: Path, timeout_s: int, memo_on: bool) -> tuple[float, str]:
     """Wall seconds and status of executing one notebook with nbclient, as the book build
-    does, cwd = its folder. (papermill waits forever on the chapters' ipywidgets cells.)"""
+    does, cwd = its folder. (Under papermill the averaging chapter's ipywidgets cell did not
+    finish when this was written.)"""
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(nb, timeout=timeout_s, kernel_name="python3",
                                      resources={"metadata": {"path": str(path.parent)}})
@@ -442,24 +433,15 @@ def write_json(result: dict, path: str | Path) -> None:
     os.replace(tmp, path)
 
 
-def _section(out: list[str], title: str, sec: dict, columns: list[tuple[str, str, str]]) -> None:
-    """Append a section: its title, then its error, "skipped", or one line per row with the
-    ``columns`` (header, key, format spec); a value a row lacks shows as "-"."""
+def _section(out: list[str], title: str, sec: dict, columns: list[str]) -> None:
+    """Append a section: its title, then its error, "skipped", or a table of the ``columns``
+    of its rows ("-" where a row lacks one)."""
     out.append(f"\n[{title}]")
-    if "error" in sec:
-        out.append(sec["error"])
-    elif sec.get("skipped"):
-        out.append("skipped")
+    if "error" in sec or sec.get("skipped"):
+        out.append(sec.get("error", "skipped"))
     else:
-        width = [max(len(h), 9) for h, _, _ in columns]
-        out.append(" ".join(f"{h:>{w}s}" for (h, _, _), w in zip(columns, width)))
-        for r in sec["rows"]:
-            cells = ["-" if not _shown(r.get(k)) else format(r[k], spec) for _, k, spec in columns]
-            out.append(" ".join(f"{c:>{w}s}" for c, w in zip(cells, width)))
-
-
-def _shown(x: object) -> bool:
-    return x is not None and not (isinstance(x, float) and not math.isfinite(x))
+        rows = pd.DataFrame(sec["rows"]).reindex(columns=columns)
+        out.append(rows.to_string(index=False, na_rep="-", float_format="{:.4g}".format))
 
 
 def format_table(result: dict) -> str:
@@ -470,32 +452,23 @@ def format_table(result: dict) -> str:
            f"threads={m['torch_threads']}  small={m['small']}  "
            f"load avg start={m['loadavg_start']} end={m.get('loadavg_end')}"]
     for name, sec in result["train"].items():
-        title = f"train: {name}, batch {sec.get('batch_size')}, T per task {sec.get('seq_len')}"
-        _section(out, title, sec, [
-            ("variant", "name", "40s"), ("step ms", "step_ms", ".1f"),
-            ("min", "step_ms_min", ".1f"), ("max", "step_ms_max", ".1f"),
-            ("tokens/s", "tokens_per_s", ".0f"),
-            ("speed-up", "speedup", ".2f"), ("compile s", "compile_s", ".1f"),
-            ("status", "status", "s")])
-    _section(out, f"extraction: {ext.get('n_sequences')} task inputs", ext, [
-        ("path", "name", "40s"), ("seq/s", "seq_per_s", ".0f"), ("speed-up", "speedup", ".2f")])
+        _section(out, f"train: {name}, batch {sec.get('batch_size')}, T per task "
+                 f"{sec.get('seq_len')}", sec, ["name", "step_ms", "step_ms_min", "step_ms_max",
+                                                "tokens_per_s", "speedup", "compile_s", "status"])
+    _section(out, f"extraction: {ext.get('n_sequences')} task inputs", ext,
+             ["name", "seq_per_s", "speedup"])
     _section(out, f"adjacency_score: all layers of one sequence, numba threads "
-             f"{adj.get('numba_threads')}", adj, [
-        ("T", "T", "d"), ("numba s", "numba_s", ".4f"), ("loop ref s", "reference_s", ".3f"),
-        ("speed-up", "speedup_vs_reference", ".0f"), ("score", "mean_score", ".3f")])
+             f"{adj.get('numba_threads')}", adj,
+             ["T", "numba_s", "reference_s", "speedup_vs_reference", "mean_score"])
     _section(out, f"parallel: quick profile, {len(par.get('runs', []))} runs of "
-             f"{par.get('steps')} steps", par, [
-        ("runs", "name", "40s"), ("wall s", "wall_s", ".1f"), ("speed-up", "speedup", ".2f")])
-    _section(out, f"evaluation: quick model, {ev.get('n_pairs')} test pairs per task", ev, [
-        ("task", "task", "12s"), ("greedy s", "greedy_s", ".3f"),
-        ("teacher-forced s", "teacher_forced_s", ".4f"), ("speed-up", "speedup", ".1f"),
-        ("acc greedy", "accuracy_greedy", ".3f"), ("acc forced", "accuracy_teacher_forced", ".3f")])
+             f"{par.get('steps')} steps", par, ["name", "wall_s", "speedup"])
+    _section(out, f"evaluation: quick model, {ev.get('n_pairs')} test pairs per task", ev,
+             ["task", "greedy_s", "teacher_forced_s", "speedup", "accuracy_greedy",
+              "accuracy_teacher_forced"])
     _section(out, f"probe: {pr.get('n_sequences')} sequences of T={pr.get('T')}, window "
-             f"{pr.get('w')}, layer 1", pr, [
-        ("step", "name", "40s"), ("seconds", "seconds", ".2f"), ("best step", "best_step", "d")])
-    _section(out, "chapters", result["chapters"], [
-        ("chapter", "chapter", "24s"), ("computed s", "wall_s", ".1f"), ("fill s", "fill_s", ".1f"),
-        ("rerun s", "rerun_s", ".1f"), ("speed-up", "speedup", ".1f"), ("status", "status", "s")])
+             f"{pr.get('w')}, layer 1", pr, ["name", "seconds", "best_step"])
+    _section(out, "chapters", result["chapters"],
+             ["chapter", "wall_s", "fill_s", "rerun_s", "speedup", "status"])
     out.append(f"\ntotal {m.get('total_s', 0):.1f} s")
     return "\n".join(out)
 
