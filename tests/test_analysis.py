@@ -33,7 +33,8 @@ def test_layer_scores_batched_equals_scoring_by_length() -> None:
     model = random_model(TINY, seed=3)
     texts = _texts()
     assert len({len(t) for t in texts}) > 1  # the causal batch really is padded
-    np.testing.assert_allclose(layer_scores(model, texts), _scores_by_length(model, texts), atol=1e-12)
+    np.testing.assert_allclose(layer_scores(model, texts), _scores_by_length(model, texts),
+                               atol=1e-12)
 
 
 def test_layer_scores_bidirectional_groups_by_length() -> None:

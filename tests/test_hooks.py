@@ -16,8 +16,8 @@ def _hook_count(model) -> int:
 
 
 def test_cache_names_are_transformer_lens_names(model):
-    expected = {f"blocks.{l}.{point}" for l in range(2)
-                for point in ("hook_resid_pre", "hook_attn_out", "hook_resid_post", "attn.hook_pattern")}
+    points = ("hook_resid_pre", "hook_attn_out", "hook_resid_post", "attn.hook_pattern")
+    expected = {f"blocks.{l}.{point}" for l in range(2) for point in points}
     assert set(model.hook_points) == expected
     idx = torch.tensor([[3, 5, 7, 9]])
     _, cache = model.run_with_cache(idx)
@@ -28,7 +28,8 @@ def test_cache_names_are_transformer_lens_names(model):
     assert torch.equal(cache["blocks.1.hook_resid_pre"], cache["blocks.0.hook_resid_post"])
 
 
-@pytest.mark.parametrize("names", [None, ["blocks.0.attn.hook_pattern", "blocks.1.hook_resid_post"]])
+@pytest.mark.parametrize("names", [None,
+                                   ["blocks.0.attn.hook_pattern", "blocks.1.hook_resid_post"]])
 def test_capture_does_not_change_logits(model, names):
     idx = torch.tensor([[4, 8, 15, 16, 23], [1, 2, 3, 4, 5]])
     with torch.no_grad():
@@ -73,7 +74,9 @@ def test_unknown_or_unreachable_names_rejected(model):
     with pytest.raises(ValueError, match="blocks.9.hook_resid_post"):
         model.run_with_cache(torch.tensor([[1, 2, 3]]), ["blocks.9.hook_resid_post"])
     with pytest.raises(ValueError, match="did not run"):  # the fused path has no pattern
-        model.run_with_cache(torch.tensor([[1, 2, 3]]), ["blocks.0.attn.hook_pattern"], attn_impl="fused")
+        model.run_with_cache(torch.tensor([[1, 2, 3]]), ["blocks.0.attn.hook_pattern"],
+                             attn_impl="fused")
     with pytest.raises(ValueError, match="did not run"):
-        model.run_with_cache(torch.tensor([[1, 2, 3]]), ["blocks.1.hook_resid_post"], stop_at_layer=1)
+        model.run_with_cache(torch.tensor([[1, 2, 3]]), ["blocks.1.hook_resid_post"],
+                             stop_at_layer=1)
     assert _hook_count(model) == 0
