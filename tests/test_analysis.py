@@ -95,7 +95,8 @@ def test_config_scores_rejects_bad_input(kwargs: dict, name: str) -> None:
 
 def test_mean_std_table_formats_mean_and_std() -> None:
     import pandas as pd
-    frame = pd.DataFrame(dict(cfg=["a"] * 4, seed=[0, 1, 0, 1], layer=[0, 0, 1, 1], score=[0.4, 0.6, 0.9, 0.9]))
+    frame = pd.DataFrame(dict(cfg=["a"] * 4, seed=[0, 1, 0, 1], layer=[0, 0, 1, 1],
+                              score=[0.4, 0.6, 0.9, 0.9]))
     table = mean_std_table(frame, ["cfg"])
     assert table.loc["a", 0] == "0.500 ± 0.141"
     assert table.loc["a", 1] == "0.900 ± 0.000"
