@@ -1,21 +1,34 @@
-"""Hidden-state analysis shared by the chapters: random models, task inputs, per-layer scores."""
+"""Adjacency scores of random models: one model's layers, then studies over many models.
+
+The first half measures one model (``layer_scores``, ``similarity_matrices``); the second half
+states the chapters' studies in one call each (``config_scores``, ``task_scores``,
+``length_scores``, ``slider_frames``) as long pandas DataFrames, one row per (configuration,
+seed, layer), so ``groupby`` gives the mean and spread over seeds and a chapter keeps its cells
+short. Every study builds freshly initialised models with ``random_model``.
+"""
 
 from __future__ import annotations
 
 import random
+import time
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 import torch
 
 from nopelib.metrics import adjacency_score, cosine_similarity_matrix
 from nopelib.model import GPT, GPTConfig
-from nopelib.tasks import encode_inputs, get_task
+from nopelib.tasks import TASKS, encode_inputs, get_task
+
+# ---------------------------------------------------------------------------------------------
+# inputs and models
 
 
-def random_model(config: GPTConfig | None = None, seed: int = 0, device: str | torch.device = "cpu",
-                 **overrides) -> GPT:
+def random_model(config: GPTConfig | None = None, seed: int = 0,
+                 device: str | torch.device = "cpu", **overrides) -> GPT:
     """A freshly initialised model in eval mode; ``overrides`` replace fields of ``config``."""
     config = replace(config or GPTConfig(), **overrides)
     torch.manual_seed(seed)
@@ -40,41 +53,203 @@ def longest_input(task: str, seed: int = 0, tries: int = 2000) -> str:
     raise RuntimeError(f"{task}: no input of length {t.max_input_len} in {tries} draws")
 
 
-@torch.no_grad()
-def hidden_states_by_length(model: GPT, texts: list[str]) -> dict[int, tuple[list[int], torch.Tensor]]:
-    """Hidden states of the texts, batched by length (no padding enters any state).
+def long_sequence(length: int, seed: int = 0) -> str:
+    """Task inputs of all four tasks, drawn in random order and concatenated, cut to ``length``.
 
-    Returns {length T: (indices into texts, states [n_layer + 1, B, T, n_embd])}.
+    The characters and local formats are the tasks' own; only the length is beyond them.
     """
+    if length < 3:
+        raise ValueError(f"length={length!r} must be >= 3")
+    rng = random.Random(f"long-{seed}")
+    names = list(TASKS)
+    parts, n = [], 0
+    while n < length:
+        text, _ = get_task(rng.choice(names)).sample(rng)
+        parts.append(text)
+        n += len(text)
+    return "".join(parts)[:length]
+
+
+def length_groups(texts: Sequence[str]) -> dict[int, list[int]]:
+    """{length T: indices of the texts of that length}, by increasing T; rejects T < 3, where no
+    row has two earlier positions to compare."""
     groups: dict[int, list[int]] = defaultdict(list)
     for i, text in enumerate(texts):
         groups[len(text)].append(i)
-    device = next(model.parameters()).device
-    out = {}
-    for T, members in sorted(groups.items()):
-        idx, _ = encode_inputs([texts[i] for i in members])
-        out[T] = (members, model.hidden_states(idx.to(device)).float().cpu())
-    return out
+    if groups and min(groups) < 3:
+        raise ValueError(f"texts of length {min(groups)} have no row with two earlier positions; "
+                         "need >= 3")
+    return dict(sorted(groups.items()))
 
 
+# ---------------------------------------------------------------------------------------------
+# one model
+
+
+@torch.no_grad()
 def layer_scores(model: GPT, texts: list[str]) -> np.ndarray:
-    """Adjacency score of every text at every layer: [len(texts), n_layer + 1]."""
+    """Adjacency score of every text at every layer: [len(texts), n_layer + 1].
+
+    In a causal model the state at position i depends only on positions <= i, so right padding
+    never reaches a text's own positions and one padded batch gives every text's states exactly
+    (up to float rounding). A bidirectional model lets padding in, so its texts run in one batch
+    per length.
+    """
+    device = next(model.parameters()).device
+    groups = length_groups(texts)
+    if model.config.causal:
+        batches = [list(range(len(texts)))]
+    else:
+        batches = list(groups.values())
     scores = np.empty((len(texts), model.config.n_layer + 1))
-    for T, (members, states) in hidden_states_by_length(model, texts).items():
-        if T < 3:
-            raise ValueError(f"texts of length {T} have no row with two earlier positions; need >= 3")
-        C = cosine_similarity_matrix(states)  # [L+1, B, T, T]
-        scores[members] = adjacency_score(C).T
+    for batch in batches:
+        idx, _ = encode_inputs([texts[i] for i in batch])  # [B, T_max], right-padded
+        states = model.hidden_states(idx.to(device)).float().cpu()  # [L+1, B, T_max, d]
+        row = {i: b for b, i in enumerate(batch)}
+        for T, members in groups.items():
+            rows = [row[i] for i in members if i in row]
+            if rows:
+                C = cosine_similarity_matrix(states[:, rows, :T])  # [L+1, b, T, T]
+                scores[[batch[r] for r in rows]] = adjacency_score(C).T
     return scores
 
 
+@torch.no_grad()
 def similarity_matrices(model: GPT, text: str) -> np.ndarray:
     """Self-cosine-similarity matrix of one text at every layer: [n_layer + 1, T, T]."""
-    (_, states), = hidden_states_by_length(model, [text]).values()
+    idx, _ = encode_inputs([text])
+    states = model.hidden_states(idx.to(next(model.parameters()).device)).float().cpu()
     return cosine_similarity_matrix(states[:, 0]).numpy()
 
 
 def summarize(scores: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Mean and sample standard deviation along ``axis`` (ddof=1 where there are >= 2 values)."""
-    n = scores.shape[axis]
-    return scores.mean(axis=axis), (scores.std(axis=axis, ddof=1) if n > 1 else np.zeros_like(scores.mean(axis=axis)))
+    mean = scores.mean(axis=axis)
+    std = scores.std(axis=axis, ddof=1) if scores.shape[axis] > 1 else np.zeros_like(mean)
+    return mean, std
+
+
+# ---------------------------------------------------------------------------------------------
+# studies over many random models
+
+
+def config_scores(
+    overrides: Sequence[Mapping[str, object]],
+    seeds: Sequence[int],
+    inputs_per_task: int,
+    base: GPTConfig | None = None,
+) -> pd.DataFrame:
+    """Adjacency score per layer for every configuration and seed, averaged over task inputs.
+
+    Each entry of ``overrides`` replaces fields of ``base`` (default ``GPTConfig()``); for each
+    seed the model is initialised with that seed and scores ``inputs_per_task`` inputs of every
+    task (drawn with the same seed, as in the Figure 1 study), averaged with equal weight.
+    Returns columns: the override keys, ``seed``, ``layer``, ``score``.
+    """
+    if inputs_per_task < 1:
+        raise ValueError(f"inputs_per_task={inputs_per_task!r} must be >= 1")
+    if not seeds:
+        raise ValueError("seeds must name at least one seed")
+    base = base or GPTConfig()
+    rows = []
+    for fields in overrides:
+        config = replace(base, **fields)
+        for seed in seeds:
+            model = random_model(config, seed=seed)
+            texts = [t for task in TASKS for t in sample_inputs(task, inputs_per_task, seed=seed)]
+            scores = layer_scores(model, texts).mean(0)  # [L+1]: equal inputs per task
+            rows += [dict(fields, seed=seed, layer=layer, score=s)
+                     for layer, s in enumerate(scores)]
+            del model
+    return pd.DataFrame(rows)
+
+
+def task_scores(config: GPTConfig, seeds: Sequence[int], inputs_per_task: int) -> pd.DataFrame:
+    """Adjacency score per layer of each task's inputs, for a model of every seed (Figure 1).
+
+    Returns columns ``seed``, ``task``, ``layer``, ``score`` (the mean over the task's inputs).
+    """
+    rows = []
+    for seed in seeds:
+        model = random_model(config, seed=seed)
+        for task in TASKS:
+            scores = layer_scores(model, sample_inputs(task, inputs_per_task, seed=seed))
+            rows += [dict(seed=seed, task=task, layer=layer, score=s)
+                     for layer, s in enumerate(scores.mean(0))]
+    return pd.DataFrame(rows)
+
+
+def seed_series(
+    scores: pd.DataFrame, by: str | Sequence[str], x: str = "layer", label: str | None = None,
+    sort: bool = True,
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Mean and std over seeds of ``score`` against ``x``, one series per group of ``by``.
+
+    ``label`` formats a series' name from the group's values (e.g. ``"μ={init_mean:g}"``);
+    by default the values are joined. The result is what ``viz.score_lines`` draws.
+    """
+    keys = [by] if isinstance(by, str) else list(by)
+    series = {}
+    for key, frame in scores.groupby(by, sort=sort):
+        values = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
+        name = label.format(**values) if label else ", ".join(map(str, values.values()))
+        series[name] = summarize(frame.pivot(index="seed", columns=x, values="score").to_numpy())
+    return series
+
+
+def mean_std_table(scores: pd.DataFrame, by: Sequence[str], digits: int = 3) -> pd.DataFrame:
+    """One row per configuration in ``by``, one column per layer, cells "mean ± std" over seeds."""
+    stats = scores.groupby([*by, "layer"]).score.agg(["mean", "std"]).fillna(0.0)
+    fmt = f"{{:.{digits}f}}".format
+    return (stats["mean"].map(fmt) + " ± " + stats["std"].map(fmt)).unstack("layer")
+
+
+@torch.no_grad()
+def length_scores(
+    lengths: Sequence[int], seeds: Sequence[int], base: GPTConfig | None = None
+) -> tuple[pd.DataFrame, float]:
+    """Adjacency score per layer of prefixes of one long sequence per seed, for every length.
+
+    A causal model's hidden state at position i depends only on positions <= i, so the states
+    of a prefix of length T are the first T states of the full sequence: one forward pass at
+    max(lengths) gives every length exactly. Returns (DataFrame with columns ``seed``,
+    ``length``, ``layer``, ``score``; wall-clock seconds of ``adjacency_score`` on all layers of
+    the longest sequence, for the first seed).
+    """
+    if not seeds:
+        raise ValueError("seeds must name at least one seed")
+    if min(lengths) < 3:
+        raise ValueError(f"lengths={list(lengths)!r} must all be >= 3")
+    T_max = max(lengths)
+    base = base or GPTConfig()
+    if not base.causal:
+        raise ValueError("length_scores scores prefixes, which needs causal=True")
+    config = replace(base, block_size=max(base.block_size, T_max))
+    rows, seconds = [], float("nan")
+    for seed in seeds:
+        C = similarity_matrices(random_model(config, seed=seed), long_sequence(T_max, seed))
+        for T in sorted(lengths):  # C: [L+1, T_max, T_max]
+            start = time.perf_counter()
+            scores = adjacency_score(C[:, :T, :T])  # [L+1]
+            if T == T_max and seed == seeds[0]:
+                seconds = time.perf_counter() - start
+            rows += [dict(seed=seed, length=T, layer=layer, score=s)
+                     for layer, s in enumerate(scores)]
+    return pd.DataFrame(rows), seconds
+
+
+def slider_frames(
+    text: str, stds: Sequence[float], seed: int = 0, base: GPTConfig | None = None
+) -> tuple[dict[tuple[float, int], np.ndarray], dict[tuple[float, int], float]]:
+    """Similarity matrix and adjacency score of ``text`` at every (σ, layer), for static sliders.
+
+    ``stds`` replace ``init_std`` of ``base``; returns ({(σ, layer): [T, T]},
+    {(σ, layer): score}).
+    """
+    base = base or GPTConfig()
+    matrices, scores = {}, {}
+    for std in stds:
+        mats = similarity_matrices(random_model(base, seed=seed, init_std=std), text)  # [L+1, T, T]
+        for layer, (m, s) in enumerate(zip(mats, adjacency_score(mats))):
+            matrices[std, layer], scores[std, layer] = m, float(s)
+    return matrices, scores

@@ -7,15 +7,22 @@ bidirectional attention exist only as controls for the experiments.
 
 Two attention paths compute the same function: ``fused`` (``scaled_dot_product_attention``,
 used for training) and ``explicit`` (softmax of QK^T written out, used for analysis because it
-can return the attention weights). ``hidden_states`` and ``attention_weights`` use the explicit
-path.
+has the attention pattern to show).
+
+Activations are observed one way, in the style of TransformerLens: ``HookPoint`` modules sit at
+named places of the forward pass (``blocks.{l}.hook_resid_pre``, ``blocks.{l}.hook_attn_out``,
+``blocks.{l}.hook_resid_post``, ``blocks.{l}.attn.hook_pattern``; blocks 0-based) and
+``GPT.run_with_cache`` records the ones asked for. ``hidden_states`` and ``attention_weights``
+are views of that cache.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 
 import torch
 import torch.nn as nn
@@ -63,11 +70,17 @@ class GPTConfig:
                 f"n_embd={self.n_embd} must be divisible by n_head={self.n_head}"
             )
         if self.pos_encoding not in POS_ENCODINGS:
-            raise ValueError(f"pos_encoding={self.pos_encoding!r} is unknown; allowed: {POS_ENCODINGS}")
+            raise ValueError(
+                f"pos_encoding={self.pos_encoding!r} is unknown; allowed: {POS_ENCODINGS}"
+            )
         if self.pos_encoding == "rope" and (self.n_embd // self.n_head) % 2:
-            raise ValueError(f"pos_encoding='rope' needs an even head size; got {self.n_embd // self.n_head}")
+            raise ValueError(
+                f"pos_encoding='rope' needs an even head size; got {self.n_embd // self.n_head}"
+            )
         if self.init_target not in INIT_TARGETS:
-            raise ValueError(f"init_target={self.init_target!r} is unknown; allowed: {INIT_TARGETS}")
+            raise ValueError(
+                f"init_target={self.init_target!r} is unknown; allowed: {INIT_TARGETS}"
+            )
         if not (self.init_std > 0 and math.isfinite(self.init_std)):
             raise ValueError(f"init_std={self.init_std!r} must be a positive finite number")
         if not math.isfinite(self.init_mean):
@@ -87,7 +100,8 @@ class GPTConfig:
 def sinusoidal_table(T: int, d: int, device: torch.device | None = None) -> torch.Tensor:
     """The fixed sine/cosine position table of Vaswani et al.: [T, d]."""
     pos = torch.arange(T, device=device, dtype=torch.float32)[:, None]  # [T, 1]
-    freq = torch.exp(torch.arange(0, d, 2, device=device, dtype=torch.float32) * (-math.log(10000.0) / d))
+    even = torch.arange(0, d, 2, device=device, dtype=torch.float32)
+    freq = torch.exp(even * (-math.log(10000.0) / d))
     table = torch.zeros(T, d, device=device)
     table[:, 0::2] = torch.sin(pos * freq)
     table[:, 1::2] = torch.cos(pos * freq[: d // 2])
@@ -107,13 +121,22 @@ def rope_rotate(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def alibi_bias(n_head: int, T: int, causal: bool, device: torch.device | None = None) -> torch.Tensor:
+def alibi_bias(
+    n_head: int, T: int, causal: bool, device: torch.device | None = None
+) -> torch.Tensor:
     """ALiBi's linear distance penalty (Press et al.): [H, T, T], slope 2^(-8h/H) per head."""
     slopes = torch.tensor([2 ** (-8 * (h + 1) / n_head) for h in range(n_head)], device=device)
     pos = torch.arange(T, device=device)
     dist = (pos[None, :] - pos[:, None]).float()  # j - i: <= 0 for the keys a causal query sees
     dist = dist if causal else -dist.abs()
     return slopes[:, None, None] * dist  # [H, T, T]
+
+
+class HookPoint(nn.Identity):
+    """A named place in the forward pass: returns its input unchanged, so a forward hook on it
+    sees the activation there without the model computing anything differently."""
+
+    name: str = ""  # set by GPT: "blocks.{l}...", TransformerLens's names
 
 
 class CausalSelfAttention(nn.Module):
@@ -128,10 +151,9 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.attn_dropout = nn.Dropout(config.dropout)
         self.resid_dropout = nn.Dropout(config.dropout)
+        self.hook_pattern = HookPoint()  # attention probabilities [B, H, T, T] (explicit path)
 
-    def forward(
-        self, x: torch.Tensor, attn_impl: str = "fused", weights_out: list | None = None
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_impl: str = "fused") -> torch.Tensor:
         B, T, C = x.shape  # batch, time, channels
         hs = C // self.n_head
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
@@ -140,9 +162,11 @@ class CausalSelfAttention(nn.Module):
         v = v.view(B, T, self.n_head, hs).transpose(1, 2)
         if self.pos_encoding == "rope":
             q, k = rope_rotate(q), rope_rotate(k)
-        bias = alibi_bias(self.n_head, T, self.causal, x.device).to(q.dtype) if self.pos_encoding == "alibi" else None
+        bias = None
+        if self.pos_encoding == "alibi":
+            bias = alibi_bias(self.n_head, T, self.causal, x.device).to(q.dtype)
 
-        if attn_impl == "fused" and weights_out is None:
+        if attn_impl == "fused":
             y = F.scaled_dot_product_attention(
                 q, k, v,
                 attn_mask=self._fused_mask(bias, T, x.device),
@@ -156,14 +180,14 @@ class CausalSelfAttention(nn.Module):
             if self.causal:
                 mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
                 att = att.masked_fill(~mask, float("-inf"))
-            att = F.softmax(att, dim=-1)
-            if weights_out is not None:
-                weights_out.append(att)
+            att = self.hook_pattern(F.softmax(att, dim=-1))
             y = self.attn_dropout(att) @ v  # [B, H, T, hs]
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble the heads
         return self.resid_dropout(self.c_proj(y))
 
-    def _fused_mask(self, bias: torch.Tensor | None, T: int, device: torch.device) -> torch.Tensor | None:
+    def _fused_mask(
+        self, bias: torch.Tensor | None, T: int, device: torch.device
+    ) -> torch.Tensor | None:
         if bias is None or not self.causal:
             return bias
         causal = torch.ones(T, T, dtype=torch.bool, device=device).tril()
@@ -189,11 +213,15 @@ class Block(nn.Module):
         self.attn = CausalSelfAttention(config)
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
+        self.hook_resid_pre = HookPoint()  # the residual stream entering the block [B, T, C]
+        self.hook_attn_out = HookPoint()  # what attention adds to it (c_proj's output)
+        self.hook_resid_post = HookPoint()  # the residual stream leaving the block
 
-    def forward(self, x: torch.Tensor, attn_impl: str = "fused", weights_out: list | None = None) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), attn_impl, weights_out)
+    def forward(self, x: torch.Tensor, attn_impl: str = "fused") -> torch.Tensor:
+        x = self.hook_resid_pre(x)
+        x = x + self.hook_attn_out(self.attn(self.ln_1(x), attn_impl))
         x = x + self.mlp(self.ln_2(x))
-        return x
+        return self.hook_resid_post(x)
 
 
 class GPT(nn.Module):
@@ -214,6 +242,11 @@ class GPT(nn.Module):
             self.transformer["wpe"] = nn.Embedding(config.block_size, config.n_embd)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.lm_head.weight = self.transformer.wte.weight  # weight tying, as in nanoGPT
+        self.hook_points = {}  # TransformerLens's name -> HookPoint
+        for path, module in self.named_modules():
+            if isinstance(module, HookPoint):
+                module.name = path.replace("transformer.h.", "blocks.")
+                self.hook_points[module.name] = module
         self.reset_parameters()
 
     @torch.no_grad()
@@ -260,7 +293,8 @@ class GPT(nn.Module):
             return
         if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.config.vocab_size):
             bad = int(idx.min()) if int(idx.min()) < 0 else int(idx.max())
-            raise ValueError(f"token id {bad} is outside the vocabulary [0, {self.config.vocab_size})")
+            vocab = self.config.vocab_size
+            raise ValueError(f"token id {bad} is outside the vocabulary [0, {vocab})")
 
     def _embed(self, idx: torch.Tensor) -> torch.Tensor:
         T = idx.shape[1]
@@ -271,27 +305,22 @@ class GPT(nn.Module):
             x = x + sinusoidal_table(T, self.config.n_embd, idx.device).to(x.dtype)
         return x
 
-    def _run(
-        self, idx: torch.Tensor, attn_impl: str, states: list | None = None, weights: list | None = None
-    ) -> torch.Tensor:
+    def _run(self, idx: torch.Tensor, attn_impl: str, n_blocks: int | None = None) -> torch.Tensor:
+        """The residual stream after the first ``n_blocks`` blocks (all by default): [B, T, C]."""
         if attn_impl not in ATTN_IMPLS:
             raise ValueError(f"attn_impl={attn_impl!r} is unknown; allowed: {ATTN_IMPLS}")
         self._check_idx(idx)
         x = self.transformer.drop(self._embed(idx))
-        if states is not None:
-            states.append(x)
-        for block in self.transformer.h:
-            x = block(x, attn_impl, weights)
-            if states is not None:
-                states.append(x)
-        return self.transformer.ln_f(x)
+        for block in self.transformer.h[:n_blocks]:
+            x = block(x, attn_impl)
+        return x
 
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None, attn_impl: str = "fused"
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logits [B, T, vocab] at every position, and the mean cross-entropy over the targets
         that are not IGNORE_INDEX (None without targets)."""
-        logits = self.lm_head(self._run(idx, attn_impl))
+        logits = self.lm_head(self.transformer.ln_f(self._run(idx, attn_impl)))
         loss = None
         if targets is not None:
             on_device = self.training and idx.device.type != "cpu"  # a read is a host sync there
@@ -299,8 +328,48 @@ class GPT(nn.Module):
             if may_read and not bool((targets != -100).any()):
                 # a mean over no targets is NaN; checked where a host read is free (the CPU, eval)
                 raise ValueError("targets are all IGNORE_INDEX (-100): there is no loss to take")
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-100)
+            flat = logits.view(-1, logits.size(-1))
+            loss = F.cross_entropy(flat, targets.view(-1), ignore_index=-100)
         return logits, loss
+
+    def run_with_cache(
+        self,
+        idx: torch.Tensor,
+        names: Sequence[str] | None = None,
+        attn_impl: str = "explicit",
+        stop_at_layer: int | None = None,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Forward pass that records the activations at the hook points ``names`` (all if None).
+
+        Returns (logits [B, T, vocab], {name: activation, detached}). The hooks only read, so
+        the logits are bit for bit those of ``forward(idx, attn_impl=attn_impl)``, and no hook
+        outlives the call, even when it raises. With ``stop_at_layer=n`` only blocks 0..n-1 run
+        (a sweep that needs block 0 alone skips the rest) and the first item is the residual
+        stream after them [B, T, C], as in TransformerLens. ``attn_impl="fused"`` is faster but
+        has no attention pattern to record.
+        """
+        names = list(self.hook_points) if names is None else list(names)
+        unknown = [n for n in names if n not in self.hook_points]
+        if unknown:
+            some = list(self.hook_points)[:4]
+            raise ValueError(f"names {unknown!r} are not hook points; e.g. {some!r}")
+        cache: dict[str, torch.Tensor] = {}
+
+        def store(name: str, module: nn.Module, args: tuple, output: torch.Tensor) -> None:
+            cache[name] = output.detach()
+
+        handles = [self.hook_points[n].register_forward_hook(partial(store, n)) for n in names]
+        try:
+            x = self._run(idx, attn_impl, stop_at_layer)
+        finally:
+            for h in handles:
+                h.remove()
+        missing = [n for n in names if n not in cache]
+        if missing:
+            raise ValueError(f"{missing!r} did not run with attn_impl={attn_impl!r}, "
+                             f"stop_at_layer={stop_at_layer!r}")
+        out = x if stop_at_layer is not None else self.lm_head(self.transformer.ln_f(x))
+        return out, cache
 
     def hidden_states(self, idx: torch.Tensor) -> torch.Tensor:
         """Residual stream at every layer: [n_layer + 1, B, T, n_embd].
@@ -308,15 +377,16 @@ class GPT(nn.Module):
         Index 0 is the token embedding (plus the position encoding, if any) that enters block 1;
         index l is the residual stream after block l. Computed with the explicit attention path.
         """
-        states: list[torch.Tensor] = []
-        self._run(idx, "explicit", states=states)
-        return torch.stack(states)
+        L = self.config.n_layer
+        names = ["blocks.0.hook_resid_pre"] + [f"blocks.{l}.hook_resid_post" for l in range(L)]
+        _, cache = self.run_with_cache(idx, names)
+        return torch.stack([cache[n] for n in names])
 
     def attention_weights(self, idx: torch.Tensor) -> torch.Tensor:
         """Attention probabilities of every layer and head: [n_layer, B, n_head, T, T]."""
-        weights: list[torch.Tensor] = []
-        self._run(idx, "explicit", weights=weights)
-        return torch.stack(weights)
+        names = [f"blocks.{l}.attn.hook_pattern" for l in range(self.config.n_layer)]
+        _, cache = self.run_with_cache(idx, names)
+        return torch.stack([cache[n] for n in names])
 
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int) -> torch.Tensor:

@@ -212,4 +212,4 @@ def check_training_time(profile: Any, n_runs: int, device: str = "auto") -> None
         warnings.warn(message, stacklevel=2)
         return
     raise ValueError(f"bad parameter(s):\n  {message}; allowed: a GPU (device='cuda'), profile "
-                     f"'quick', or set {ALLOW_SLOW_ENV}=1 to train on the CPU anyway")
+                     f"'cpu', or set {ALLOW_SLOW_ENV}=1 to train on the CPU anyway")

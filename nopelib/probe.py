@@ -104,12 +104,14 @@ def window_positions(T: int, w: int) -> np.ndarray:
 
 
 def cosine_window_features(states: torch.Tensor, w: int) -> torch.Tensor:
-    """cos(h_k, h_{k-j}) for j = 1..w at positions k = w..T-1: [..., N, T, d] -> [..., N, T-w, w]."""
+    """cos(h_k, h_{k-j}) for j = 1..w at positions k = w..T-1:
+    [..., N, T, d] -> [..., N, T-w, w]."""
     _check_window(states, w)
     T = states.shape[-2]
     unit = F.normalize(states.float(), dim=-1)  # [..., N, T, d]
     here = unit[..., w:, :]  # [..., N, T-w, d]
-    cols = [(here * unit[..., w - j : T - j, :]).sum(-1) for j in range(1, w + 1)]  # w x [..., N, T-w]
+    # w x [..., N, T-w]
+    cols = [(here * unit[..., w - j : T - j, :]).sum(-1) for j in range(1, w + 1)]
     return torch.stack(cols, dim=-1)  # [..., N, T-w, w]
 
 
@@ -133,7 +135,8 @@ def hidden_features(states: torch.Tensor, w: int) -> torch.Tensor:
 
 def features(states: torch.Tensor, kind: str, w: int) -> torch.Tensor:
     """The feature set ``kind`` (one of FEATURE_SETS) at positions w..T-1: [..., N, T-w, F]."""
-    fns = {"cosine": cosine_window_features, "variance": variance_window_features, "hidden": hidden_features}
+    fns = {"cosine": cosine_window_features, "variance": variance_window_features,
+           "hidden": hidden_features}
     if kind not in fns:
         raise ValueError(f"kind={kind!r} is unknown; allowed: {FEATURE_SETS}")
     return fns[kind](states, w)
@@ -158,7 +161,8 @@ def random_token_sequences(n: int, T: int, alphabet: str, seed: int = 0) -> torc
 @torch.no_grad()
 def model_states(model: GPT, idx: torch.Tensor, batch: int = 256) -> torch.Tensor:
     """Residual stream of every layer for ids [N, T]: [n_layer + 1, N, T, d] (float32, CPU)."""
-    parts = [model.hidden_states(idx[i : i + batch]).float().cpu() for i in range(0, len(idx), batch)]
+    parts = [model.hidden_states(idx[i : i + batch]).float().cpu()
+             for i in range(0, len(idx), batch)]
     return torch.cat(parts, dim=1)
 
 
@@ -216,14 +220,16 @@ def fit_probe(
     if pos.shape == (S,):
         pos = np.broadcast_to(pos, (N, S))
     if pos.shape != (N, S):
-        raise ValueError(f"positions must have shape [S]=({S},) or [N, S]=({N}, {S}); got {pos.shape}")
+        raise ValueError(f"positions must have shape [S]=({S},) or [N, S]=({N}, {S}); "
+                         f"got {pos.shape}")
     y = torch.as_tensor(np.ascontiguousarray(pos), dtype=torch.float32)  # [N, S]
 
     train_seq, test_seq = split_sequences(N, config.test_frac, seed)
     fit_local, val_local = split_sequences(len(train_seq), config.val_frac, seed + 1)
     fit_seq, val_seq = train_seq[fit_local], train_seq[val_local]
 
-    x_fit, x_val, x_test = (x[s].reshape(-1, x.shape[-1]) for s in (fit_seq, val_seq, test_seq))  # [n*S, F]
+    # [n*S, F] each
+    x_fit, x_val, x_test = (x[s].reshape(-1, x.shape[-1]) for s in (fit_seq, val_seq, test_seq))
     y_fit, y_val, y_test = (y[s].reshape(-1) for s in (fit_seq, val_seq, test_seq))  # [n*S]
     if shuffle_targets:
         g = torch.Generator().manual_seed(seed + 2)
@@ -259,7 +265,8 @@ def fit_probe(
         with torch.no_grad():
             pred = (net(x_test).squeeze(-1) * y_sd + y_mu).numpy().astype(np.float64)  # [n_test*S]
     true = y_test.numpy().astype(np.float64)
-    return ProbeResult(nrmse(pred, true), pearson_r(pred, true), pred, true, test_seq, train_seq, best_step)
+    return ProbeResult(nrmse(pred, true), pearson_r(pred, true), pred, true, test_seq, train_seq,
+                       best_step)
 
 
 def probe_layers(
@@ -285,3 +292,21 @@ def probe_layers(
                 res = fit_probe(feats, positions, seed, config, shuffle_targets)
                 rows.append(dict(layer=layer, features=kind, seed=seed, nrmse=res.nrmse, r=res.r))
     return pd.DataFrame(rows)
+
+
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Mean and sample std over seeds of NRMSE and R: one row per layer, columns per feature set."""
+    stats = table.groupby(["layer", "features"])[["nrmse", "r"]].agg(["mean", "std"])
+    return stats.unstack("features")
+
+
+def compare_features(table: pd.DataFrame) -> pd.DataFrame:
+    """Mean NRMSE and R of the cosine and the variance probes per layer, and whether cosine wins
+    on both: the paper's claim against Chi et al.'s variance hypothesis, layer by layer."""
+    m = table.groupby(["layer", "features"])[["nrmse", "r"]].mean().unstack("features")
+    out = pd.DataFrame({"nrmse cosine": m[("nrmse", "cosine")],
+                        "nrmse variance": m[("nrmse", "variance")],
+                        "R cosine": m[("r", "cosine")], "R variance": m[("r", "variance")]})
+    out["cosine wins"] = ((out["nrmse cosine"] < out["nrmse variance"])
+                          & (out["R cosine"] > out["R variance"]))
+    return out

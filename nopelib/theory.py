@@ -32,7 +32,10 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from nopelib.hooks import capture_activations
+from nopelib.analysis import length_groups, random_model
+from nopelib.metrics import adjacency_row_scores, adjacency_score, cosine_similarity_matrix
+from nopelib.model import GPT
+from nopelib.tasks import encode_inputs
 
 LN_EPS = 1e-5  # torch.nn.LayerNorm's default epsilon, used by every LayerNorm of the model
 
@@ -133,7 +136,8 @@ def simulate_averaged(n_draws: int, T: int, d: int, seed: int = 0, mean: float =
 
 
 def value_scale(sigma: float | np.ndarray, s_inf: float, eps: float = LN_EPS) -> np.ndarray:
-    """Norm of one projected value vector for embedding std sigma: s_inf sigma / sqrt(sigma^2 + eps).
+    """Norm of one projected value vector for embedding std sigma:
+    s_inf sigma / sqrt(sigma^2 + eps).
 
     ln_1 divides by sqrt(var + eps), so for sigma^2 >> eps the value vectors do not depend on
     sigma (s = s_inf); for sigma^2 ~ eps = 1e-5 (sigma ~ 3e-3) and below they shrink with it.
@@ -142,7 +146,9 @@ def value_scale(sigma: float | np.ndarray, s_inf: float, eps: float = LN_EPS) ->
     return s_inf * sigma / np.sqrt(sigma**2 + eps)
 
 
-def embedding_ratio(sigma: float | np.ndarray, s_inf: float, d: int, eps: float = LN_EPS) -> np.ndarray:
+def embedding_ratio(
+    sigma: float | np.ndarray, s_inf: float, d: int, eps: float = LN_EPS
+) -> np.ndarray:
     """rho = |e| / |u| = sigma sqrt(d) / value_scale(sigma): the residual's token term over the
     averaged term's per-token scale. It tends to sqrt(d eps)/s_inf as sigma -> 0, not to 0."""
     _check_positive_int("d", d)
@@ -152,7 +158,8 @@ def embedding_ratio(sigma: float | np.ndarray, s_inf: float, d: int, eps: float 
 @lru_cache(maxsize=64)
 def _triples(T: int) -> np.ndarray:
     """All (k, i, j) with i < j < k, k >= 2 (0-based): [N, 3]."""
-    return np.array([(k, i, j) for k in range(2, T) for j in range(k) for i in range(j)], dtype=np.int64)
+    return np.array([(k, i, j) for k in range(2, T) for j in range(k) for i in range(j)],
+                    dtype=np.int64)
 
 
 def predicted_row_scores(tokens: Sequence[int], rho: float, d: int) -> np.ndarray:
@@ -184,7 +191,8 @@ def predicted_row_scores(tokens: Sequence[int], rho: float, d: int) -> np.ndarra
     p = torch.special.ndtr(torch.from_numpy(z)).numpy()  # [N]
     rows = np.full(T, np.nan)
     k = idx[:, 0]
-    rows[2:] = np.bincount(k, weights=p, minlength=T)[2:] / (np.arange(2, T) * np.arange(1, T - 1) / 2)
+    pairs = np.arange(2, T) * np.arange(1, T - 1) / 2  # C(k, 2) comparisons in row k
+    rows[2:] = np.bincount(k, weights=p, minlength=T)[2:] / pairs
     return rows
 
 
@@ -223,54 +231,86 @@ def sigma_at_level(sigmas: Sequence[float], scores: Sequence[float], level: floa
 
 
 @torch.no_grad()
-def measure_value_scale(model: torch.nn.Module, idx: torch.Tensor) -> float:
+def measure_value_scale(model: GPT, idx: torch.Tensor) -> float:
     """RMS norm of one projected value vector of block 1, from its attention output.
 
     Under uniform attention |a_k|^2 = s^2 n_kk / k^2 (repeats counted), so s^2 is estimated as
     the mean of |a_k|^2 k^2 / n_kk over the batch idx [B, T] (no padding) and all positions.
     Position 1 alone would be exact (it attends only to itself) but sees only the first token.
     """
-    with capture_activations(model, ["transformer.h.0.attn"]) as cap:
-        model(idx)
-    a = cap["transformer.h.0.attn"][0].double()  # [B, T, d]
+    name = "blocks.0.hook_attn_out"
+    _, cache = model.run_with_cache(idx, [name], attn_impl="fused", stop_at_layer=1)
+    a = cache[name].double()  # [B, T, d]
     k2 = torch.arange(1, idx.shape[1] + 1, dtype=torch.float64) ** 2  # [T]
-    n_kk = torch.stack([torch.tensor(np.diag(coincidence_counts(row.tolist()))) for row in idx])  # [B, T]
-    return float(((a.pow(2).sum(-1) * k2 / n_kk).mean()).sqrt())
+    n_kk = torch.stack([torch.tensor(np.diag(coincidence_counts(row.tolist()))) for row in idx])
+    return float(((a.pow(2).sum(-1) * k2 / n_kk).mean()).sqrt())  # n_kk: [B, T]
 
 
 @torch.no_grad()
-def block1_activations(model: torch.nn.Module, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+def block1_activations(model: GPT, idx: torch.Tensor) -> dict[str, torch.Tensor]:
     """Run only block 1 of a NoPE model on idx [B, T] (no padding) and return its pieces.
 
-    {"embedding": e [B, T, d], "attn_out": a [B, T, d] (captured by a forward hook on
-    ``transformer.h.0.attn``: c_proj's output, before the residual add), "hidden": h1 [B, T, d]
-    (the residual stream after block 1, MLP included), "weights": [B, H, T, T] attention
-    probabilities}. Skipping blocks 2..L makes a sweep over many models affordable.
+    {"embedding": e [B, T, d], "attn_out": a [B, T, d] (c_proj's output, before the residual
+    add), "hidden": h1 [B, T, d] (the residual stream after block 1, MLP included), "weights":
+    [B, H, T, T] attention probabilities}. Skipping blocks 2..L makes a sweep over many models
+    affordable.
     """
     if model.config.pos_encoding != "none":
-        raise ValueError(f"pos_encoding={model.config.pos_encoding!r}: block1_activations models NoPE only ('none')")
-    e = model.transformer.wte(idx)  # [B, T, d]
-    weights: list[torch.Tensor] = []
-    with capture_activations(model, ["transformer.h.0.attn"]) as cap:
-        h1 = model.transformer.h[0](e, "explicit", weights)
-    return {"embedding": e, "attn_out": cap["transformer.h.0.attn"][0], "hidden": h1, "weights": weights[0]}
+        raise ValueError(f"pos_encoding={model.config.pos_encoding!r}: block1_activations "
+                         "models NoPE only ('none')")
+    names = {"embedding": "blocks.0.hook_resid_pre", "attn_out": "blocks.0.hook_attn_out",
+             "hidden": "blocks.0.hook_resid_post", "weights": "blocks.0.attn.hook_pattern"}
+    _, cache = model.run_with_cache(idx, list(names.values()), stop_at_layer=1)
+    return {key: cache[name] for key, name in names.items()}
 
 
-def block1_scores(model: torch.nn.Module, texts: Sequence[str]) -> np.ndarray:
+def block1_scores(model: GPT, texts: Sequence[str]) -> np.ndarray:
     """Layer-1 adjacency score of each text for h = e + a (the model of this module: block 1
     without its MLP) and for the real h1: [len(texts), 2]. Texts are batched by length."""
-    from nopelib.metrics import adjacency_score, cosine_similarity_matrix
-    from nopelib.tasks import encode_inputs
-
-    by_len: dict[int, list[int]] = {}
-    for n, text in enumerate(texts):
-        by_len.setdefault(len(text), []).append(n)
     out = np.empty((len(texts), 2))
-    for T, members in by_len.items():
-        if T < 3:
-            raise ValueError(f"texts of length {T} have no row with two earlier positions; need >= 3")
+    for members in length_groups(texts).values():
         idx, _ = encode_inputs([texts[n] for n in members])
         act = block1_activations(model, idx)
         states = torch.stack([act["embedding"] + act["attn_out"], act["hidden"]])  # [2, B, T, d]
         out[members] = adjacency_score(cosine_similarity_matrix(states)).T
     return out
+
+
+def gram_cosine(K: np.ndarray) -> np.ndarray:
+    """The cosine matrix of a Gram matrix K [T, T]: K_ij / sqrt(K_ii K_jj)."""
+    return K / np.sqrt(np.outer(np.diag(K), np.diag(K)))
+
+
+def predicted_rows(token_seqs: Sequence[Sequence[int]], sigma: float, s_inf: float,
+                   d: int) -> np.ndarray:
+    """Predicted layer-1 row scores of rows k = 2..T-1, averaged over sequences of one length T
+    (a random model with embedding std sigma): [T - 2]."""
+    rho = float(embedding_ratio(sigma, s_inf, d))
+    return np.mean([predicted_row_scores(t, rho, d)[2:] for t in token_seqs], axis=0)
+
+
+def sigma_sweep(sigmas: Sequence[float], n_seeds: int, texts: Sequence[str],
+                long_texts: Sequence[str]) -> dict[str, np.ndarray]:
+    """Block 1 of random NoPE base models (seeds 0..n_seeds-1) at every embedding std in sigmas.
+
+    Returns {"scores": [σ, seed, 2] layer-1 scores of e + a and of h1, mean over ``texts``;
+    "rows": [σ, T-2] row scores k = 2..T-1 of h1 on ``long_texts`` (all of one length T), mean
+    over texts and seeds; "cosine": [σ, T, T] the h1 cosine matrix of the first long text,
+    seed 0}: every measurement the chapter sets beside its prediction.
+    """
+    idx, _ = encode_inputs(list(long_texts))  # [n_long, T]
+    T = idx.shape[1]
+    scores = np.empty((len(sigmas), n_seeds, 2))
+    rows = np.empty((len(sigmas), T - 2))
+    cosine = np.empty((len(sigmas), T, T))
+    for n, sigma in enumerate(sigmas):
+        row_scores = []
+        for seed in range(n_seeds):
+            model = random_model(seed=seed, init_std=float(sigma))
+            scores[n, seed] = block1_scores(model, texts).mean(0)
+            C = cosine_similarity_matrix(block1_activations(model, idx)["hidden"])  # [n, T, T]
+            row_scores.append(adjacency_row_scores(C)[:, 2:])  # rows 0, 1 have no pair
+            if seed == 0:
+                cosine[n] = C[0].numpy()
+        rows[n] = np.concatenate(row_scores).mean(axis=0)
+    return {"scores": scores, "rows": rows, "cosine": cosine}

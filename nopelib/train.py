@@ -35,6 +35,7 @@ import time
 import warnings
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -47,7 +48,7 @@ from tqdm import tqdm
 from nopelib import cache
 from nopelib.cache import CACHE_ENV, resolve_cache_dir  # noqa: F401  (CACHE_ENV: re-exported)
 from nopelib.model import FLOAT32_MAX, GPT, GPTConfig
-from nopelib.tasks import EOS_ID, IGNORE_INDEX, MAX_SEQ_LEN, encode, encode_batch, encode_inputs, get_task, make_split
+from nopelib.tasks import TASKS, EOS_ID, IGNORE_INDEX, MAX_SEQ_LEN, encode, encode_batch, encode_inputs, get_task, make_split
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 
@@ -270,6 +271,27 @@ def adamw(model: GPT, profile: TrainProfile, fused: bool | None = None) -> torch
     return torch.optim.AdamW(groups, lr=profile.lr, betas=profile.betas, fused=fused or None)
 
 
+def train_step(
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    idx: torch.Tensor,
+    targets: torch.Tensor,
+    grad_clip: float,
+    autocast: AbstractContextManager | None = None,
+    attn_impl: str = "fused",
+) -> torch.Tensor:
+    """One optimizer step on a batch idx, targets [B, T]: forward with the loss on the answer
+    tokens, backward, gradient clipping, AdamW. Returns the loss, detached, on the device (no
+    host sync); the benchmark times exactly this step."""
+    with autocast or nullcontext():
+        _, loss = model(idx, targets, attn_impl=attn_impl)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    opt.step()
+    return loss.detach()
+
+
 def train(
     task: str, seed: int, profile: TrainProfile, device: torch.device, progress: bool = True
 ) -> tuple[GPT, dict]:
@@ -311,26 +333,22 @@ def train(
         tokens += B * T
         for group in opt.param_groups:
             group["lr"] = profile.lr_at(step)
-        with autocast:
-            _, loss = model(idx, targets)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), profile.grad_clip)
-        opt.step()
-        loss_sum += loss.detach()
+        step_loss = train_step(model, opt, idx, targets, profile.grad_clip, autocast)
+        loss_sum += step_loss
         if (step + 1) % profile.log_every == 0 or step + 1 == profile.steps:
             n = (step % profile.log_every) + 1
             losses.append(loss_sum.item() / n)  # the one host sync per log_every steps
             loss_sum.zero_()
             bar.set_postfix(loss=f"{losses[-1]:.4f}")
             bar.update(n)
-        if profile.curve_every and ((step + 1) % profile.curve_every == 0 or step + 1 == profile.steps):
+        last = step + 1 == profile.steps
+        if profile.curve_every and ((step + 1) % profile.curve_every == 0 or last):
             # evaluate() switches to eval mode and back; it draws no random numbers, so the
             # training trajectory is the same with or without a curve
             tic = time.perf_counter()
             curve["step"].append(step + 1)
             curve["accuracy"].append(evaluate(model, curve_pairs, profile.eval_batch_size))
-            curve["loss"].append(float(loss.detach()))
+            curve["loss"].append(float(step_loss))
             curve_seconds += time.perf_counter() - tic
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -556,17 +574,19 @@ def train_or_load(
     return TrainedRun(model, metrics, prof.model, prof, from_cache=False)
 
 
-# Sustained training FLOP/s of one run on one CPU thread, measured on the quick profile (about
+# Sustained training FLOP/s of one run on one CPU thread, measured on the old quick profile (about
 # 6 * params * tokens / seconds); only for the expected time that train_many warns with.
 CPU_FLOPS_PER_RUN = 3e10
 
 
 def expected_cpu_seconds(profile: TrainProfile) -> float:
     """Rough seconds one run of ``profile`` trains on one CPU thread: 6 FLOPs per parameter
-    and token (forward and backward), every row at the longest task's length."""
+    and token (forward and backward), every row at the longest task's length, the steps
+    averaged over the tasks (``task_steps``)."""
     with torch.device("meta"):  # shapes only: no memory, no initialisation cost
         n_params = GPT(profile.model).num_params()
-    tokens = profile.steps * profile.batch_size * MAX_SEQ_LEN
+    steps = sum(profile.for_task(task).steps for task in TASKS) / len(TASKS)
+    tokens = steps * profile.batch_size * MAX_SEQ_LEN
     return 6 * n_params * tokens / CPU_FLOPS_PER_RUN
 
 
@@ -658,7 +678,7 @@ def train_many(
         if hours > 1:
             warnings.warn(f"training {len(missing)} runs of profile {prof.name!r} on the CPU is "
                           f"expected to take about {hours:.0f} h on {n_workers} processes; "
-                          "a GPU (device='cuda') or profile 'quick' is faster", stacklevel=2)
+                          "a GPU (device='cuda') or profile 'cpu' is faster", stacklevel=2)
     if dev.type == "cpu" and n_workers > 1:
         _train_in_pool(missing, prof, device, cache_dir, n_workers)
     return {(t, s): train_or_load(t, s, prof, device=device, cache_dir=cache_dir) for t, s in runs}

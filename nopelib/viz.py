@@ -1,11 +1,11 @@
 """Plotly figures for the book, and the renderer that makes them show in the built HTML.
 
-Importing this module sets plotly's default renderer to ``"nopebook"``. Under a kernel,
-plotly >= 6 emits only ``application/vnd.plotly.v1+json``, which MyST-NB does not render, so
-the page comes out blank. The ``nopebook`` renderer emits that bundle *and* a ``text/html``
+Under a kernel, plotly >= 6 emits only ``application/vnd.plotly.v1+json``, which MyST-NB does
+not render, so the page comes out blank. ``use_book_renderer()`` (each chapter calls it once)
+makes plotly's default renderer ``"nopebook"``, which emits that bundle *and* a ``text/html``
 div that draws with the ``Plotly`` global. The book serves plotly.js itself (see
-``nopelib.sphinx_ext``), so nothing is fetched from a CDN. JupyterLab and VS Code pick the
-plotly JSON; the book picks the HTML.
+``book/_ext/plotly_offline.py``), so nothing is fetched from a CDN. JupyterLab and VS Code pick
+the plotly JSON; the book picks the HTML. Importing this module changes no global setting.
 """
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.io._base_renderers import MimetypeRenderer
+from plotly.subplots import make_subplots
 
 
 class BookRenderer(MimetypeRenderer):
@@ -23,12 +25,16 @@ class BookRenderer(MimetypeRenderer):
 
     def to_mimebundle(self, fig_dict: dict) -> dict:
         fig = go.Figure(fig_dict)
-        html = pio.to_html(fig, include_plotlyjs=False, full_html=False, config={"responsive": True})
+        html = pio.to_html(fig, include_plotlyjs=False, full_html=False,
+                           config={"responsive": True})
         return {"application/vnd.plotly.v1+json": fig.to_plotly_json(), "text/html": html}
 
 
-pio.renderers["nopebook"] = BookRenderer()
-pio.renderers.default = "nopebook"
+def use_book_renderer() -> None:
+    """Make every figure that is shown render in the static book as well as in live front ends."""
+    pio.renderers["nopebook"] = BookRenderer()
+    pio.renderers.default = "nopebook"
+
 
 HEATMAP_SCALE = "Viridis"
 
@@ -43,8 +49,6 @@ def heatmap_grid(
     title: str = "",
 ) -> go.Figure:
     """A grid of similarity heatmaps sharing one colour scale; ``labels`` name the positions."""
-    from plotly.subplots import make_subplots
-
     rows = -(-len(matrices) // cols)
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(titles),
                         horizontal_spacing=0.04, vertical_spacing=0.08)
@@ -86,7 +90,8 @@ def heatmap_slider(
              for i, k in enumerate(keys)]
     fig.update_layout(
         title=f"{title} ({slider_label} {keys[0]})",
-        sliders=[dict(active=0, steps=steps, currentvalue=dict(prefix=f"{slider_label}: "), pad=dict(t=40))],
+        sliders=[dict(active=0, steps=steps, currentvalue=dict(prefix=f"{slider_label}: "),
+                      pad=dict(t=40))],
         height=560, yaxis=dict(autorange="reversed", scaleanchor="x"),
     )
     return fig
@@ -101,7 +106,8 @@ def score_lines(
     """Adjacency score against layer, one line per series with mean and ± std error bars."""
     fig = go.Figure()
     for name, (mean, std) in series.items():
-        fig.add_trace(go.Scatter(x=list(layers), y=np.asarray(mean), name=name, mode="lines+markers",
+        fig.add_trace(go.Scatter(x=list(layers), y=np.asarray(mean), name=name,
+                                 mode="lines+markers",
                                  error_y=dict(type="data", array=np.asarray(std), visible=True)))
     fig.add_hline(y=0.5, line_dash="dot", annotation_text="random order (0.5)")
     fig.update_layout(title=title, xaxis_title="layer (0 = token embeddings)",
@@ -141,7 +147,8 @@ def heatmap_two_sliders(
     a0 = a_keys[0]
     fig = go.Figure(
         [go.Heatmap(z=np.asarray(frames[a0, b]), x=ticks, y=ticks, zmin=zmin, zmax=zmax,
-                    colorscale=HEATMAP_SCALE, visible=j == 0, colorbar=dict(title=dict(text=bar_title(a0, b))),
+                    colorscale=HEATMAP_SCALE, visible=j == 0,
+                    colorbar=dict(title=dict(text=bar_title(a0, b))),
                     name=f"{names[1]} {b}")
          for j, b in enumerate(b_keys)]
     )
@@ -149,14 +156,141 @@ def heatmap_two_sliders(
                     args=[{"z": [np.asarray(frames[a, b]).round(4).tolist() for b in b_keys],
                            "colorbar.title.text": [bar_title(a, b) for b in b_keys]}])
                for a in a_keys]
-    b_steps = [dict(method="restyle", label=str(b), args=[{"visible": [k == j for k in range(len(b_keys))]}])
+    b_steps = [dict(method="restyle", label=str(b),
+                    args=[{"visible": [k == j for k in range(len(b_keys))]}])
                for j, b in enumerate(b_keys)]
     fig.update_layout(
         title=title,
-        sliders=[dict(active=0, steps=a_steps, currentvalue=dict(prefix=f"{names[0]}: "), pad=dict(t=30), y=0),
-                 dict(active=0, steps=b_steps, currentvalue=dict(prefix=f"{names[1]}: "), pad=dict(t=30), y=-0.22)],
+        sliders=[dict(active=0, steps=a_steps, currentvalue=dict(prefix=f"{names[0]}: "),
+                      pad=dict(t=30), y=0),
+                 dict(active=0, steps=b_steps, currentvalue=dict(prefix=f"{names[1]}: "),
+                      pad=dict(t=30), y=-0.22)],
         height=680, margin=dict(b=160), yaxis=dict(autorange="reversed", scaleanchor="x"),
     )
+    return fig
+
+
+def _lines(traces: Sequence[go.Scatter], title: str, xaxis: str, yaxis: str,
+           height: int = 380, **layout: object) -> go.Figure:
+    fig = go.Figure(list(traces))
+    fig.update_layout(title=title, xaxis_title=xaxis, yaxis_title=yaxis, height=height, **layout)
+    return fig
+
+
+def attention_entropy(k: np.ndarray, entropy: np.ndarray, title: str) -> go.Figure:
+    """Measured attention entropy per position k against uniform attention's maximum, log k."""
+    return _lines([go.Scatter(x=k, y=np.log(k), name="uniform maximum log k", mode="lines"),
+                   go.Scatter(x=k, y=entropy, name="measured (mean over models, inputs, heads)",
+                              mode="markers")],
+                  title, "position k (1-based)", "entropy (nats)")
+
+
+def inner_product_law(t: np.ndarray, k0: int, mean: np.ndarray, se: np.ndarray,
+                      wins: np.ndarray, title: str) -> go.Figure:
+    """Left: Monte-Carlo E<a_k0, a_k0+t> (± 2 SE) against 1/max(i, j); right: the fraction of
+    draws in which the adjacent inner product beats the one at distance t >= 2."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=[
+        f"E<a_{k0}, a_{k0}+t>", "P(<a_k,a_k+1> > <a_k,a_k+t>)"])
+    fig.add_trace(go.Scatter(x=t, y=1 / (k0 + t), name="1/max(i,j)", mode="lines"), 1, 1)
+    fig.add_trace(go.Scatter(x=t, y=mean, error_y=dict(array=2 * se), name="Monte Carlo ±2 SE",
+                             mode="markers"), 1, 1)
+    fig.add_trace(go.Scatter(x=t[1:], y=wins, name="fraction of draws", mode="lines+markers"),
+                  1, 2)
+    fig.update_xaxes(title_text="distance t")
+    fig.update_layout(height=380, title=title)
+    return fig
+
+
+def variance_law(k: np.ndarray, variance: np.ndarray, scale: float, law_repeat: np.ndarray,
+                 title: str) -> go.Figure:
+    """Variance across features per position, on log-log axes, against 1/k and n_kk/k^2."""
+    return _lines([go.Scatter(x=k, y=variance, name="measured", mode="markers"),
+                   go.Scatter(x=k, y=scale / k, name="1/k (distinct tokens)", mode="lines"),
+                   go.Scatter(x=k, y=law_repeat, name="n_kk/k^2 (repeats counted)",
+                              mode="lines")],
+                  title, "position k", "variance", xaxis_type="log", yaxis_type="log")
+
+
+def sigma_sweep(grid: np.ndarray, predicted: np.ndarray, sigmas: np.ndarray,
+                measured: dict[str, tuple[np.ndarray, np.ndarray]], marks: Sequence[float],
+                level: float, title: str) -> go.Figure:
+    """Layer-1 score against the embedding σ: the prediction as a line, each ``measured``
+    series (mean, std over models) as markers, the paper's σ values ``marks`` and the score
+    ``level`` as guides."""
+    fig = go.Figure(go.Scatter(x=grid, y=predicted, name="prediction (Gaussian, e + a)",
+                               mode="lines"))
+    for (name, (mean, std)), symbol in zip(measured.items(), ("circle", "x", "diamond")):
+        fig.add_trace(go.Scatter(x=sigmas, y=mean, error_y=dict(array=std), name=name,
+                                 mode="markers", marker_symbol=symbol))
+    for s in marks:
+        fig.add_vline(x=s, line_dash="dot", annotation_text=f"paper σ={s}")
+    fig.add_hline(y=level, line_dash="dash", annotation_text=f"score {level}")
+    fig.update_layout(title=title, xaxis_type="log", xaxis_title="token-embedding σ",
+                      yaxis_title="layer-1 adjacency score", yaxis_range=[0.3, 1.02], height=460)
+    return fig
+
+
+def line_slider(x: np.ndarray, frames: dict[str, dict[str, np.ndarray]], slider_label: str,
+                title: str, xaxis: str, yaxis: str,
+                yrange: tuple[float, float] = (0, 1.05)) -> go.Figure:
+    """Lines with a slider over precomputed steps: ``frames[step][name]`` is the y of line
+    ``name`` at that step (markers for "measured", lines otherwise). Works in static HTML."""
+    keys = list(frames)
+    names = list(frames[keys[0]])
+    fig = go.Figure([go.Scatter(x=x, y=frames[k][name], name=name, visible=i == 0,
+                                mode="markers" if name == "measured" else "lines")
+                     for i, k in enumerate(keys) for name in names])
+    steps = [dict(method="update", label=k,
+                  args=[{"visible": [m // len(names) == i for m in range(len(fig.data))]},
+                        {"title": f"{title}, {slider_label} = {k}"}])
+             for i, k in enumerate(keys)]
+    fig.update_layout(title=f"{title}, {slider_label} = {keys[0]}", xaxis_title=xaxis,
+                      yaxis_title=yaxis, yaxis_range=list(yrange), height=460,
+                      sliders=[dict(active=0, steps=steps, pad=dict(t=40),
+                                    currentvalue=dict(prefix=f"{slider_label}: "))])
+    return fig
+
+
+PROBE_COLORS = {"cosine": "#1f77b4", "variance": "#d62728", "hidden": "#7f7f7f"}
+
+
+def probe_metrics(table: pd.DataFrame, title: str) -> go.Figure:
+    """NRMSE (left) and Pearson R (right) of the position probes against layer, mean ± std
+    over seeds, one line per feature set; ``table`` as ``probe.probe_layers`` returns it."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=[
+        "NRMSE (lower is better)", "Pearson R (higher is better)"])
+    stats = table.groupby(["features", "layer"])[["nrmse", "r"]].agg(["mean", "std"]).fillna(0.0)
+    for kind, color in PROBE_COLORS.items():
+        s = stats.loc[kind]
+        for col, metric in enumerate(["nrmse", "r"], start=1):
+            fig.add_trace(go.Scatter(x=s.index, y=s[(metric, "mean")], name=kind,
+                                     legendgroup=kind, showlegend=col == 1, mode="lines+markers",
+                                     line=dict(color=color),
+                                     error_y=dict(type="data", array=s[(metric, "std")])),
+                          row=1, col=col)
+    fig.update_xaxes(title_text="layer (0 = token embeddings)", dtick=1)
+    fig.update_yaxes(range=[0, 1.1], row=1, col=1)
+    fig.update_yaxes(range=[-0.1, 1.0], row=1, col=2)
+    fig.update_layout(title=title, height=400)
+    return fig
+
+
+def probe_scatter(fits: dict[str, object], lo: int, hi: int, title: str) -> go.Figure:
+    """Predicted against true position, one panel per feature set; ``fits`` maps a feature set
+    to its ``probe.ProbeResult``. True positions are jittered by ±0.3 so they do not overlap."""
+    fig = make_subplots(rows=1, cols=len(fits), subplot_titles=list(fits), shared_yaxes=True)
+    jitter = np.random.default_rng(0)
+    for col, (kind, res) in enumerate(fits.items(), start=1):
+        x = res.true + jitter.uniform(-0.3, 0.3, res.true.shape)
+        fig.add_trace(go.Scatter(x=x, y=res.pred, mode="markers",
+                                 marker=dict(size=3, opacity=0.4, color=PROBE_COLORS[kind]),
+                                 name=f"{kind}: R = {res.r:.2f}, NRMSE = {res.nrmse:.2f}"),
+                      row=1, col=col)
+        fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", showlegend=False,
+                                 line=dict(color="black", dash="dot")), row=1, col=col)
+    fig.update_xaxes(title_text="true position")
+    fig.update_yaxes(title_text="predicted position", row=1, col=1)
+    fig.update_layout(title=title, height=420)
     return fig
 
 
@@ -171,7 +305,6 @@ def learning_curves(
     ``curves`` maps ``"task, label"`` to (steps, accuracies); curves of one task share a panel.
     ``baselines`` gives each task's majority-answer share (dotted); ``threshold`` a dashed line.
     """
-    from plotly.subplots import make_subplots
 
     tasks = list(dict.fromkeys(name.split(", ")[0] for name in curves))
     fig = make_subplots(rows=1, cols=len(tasks), subplot_titles=tasks, shared_yaxes=True)
@@ -203,7 +336,6 @@ def before_after_lines(
 
     ``stats[task]`` is ((mean, std) before, (mean, std) after), each [n_layer + 1].
     """
-    from plotly.subplots import make_subplots
 
     tasks = list(stats)
     fig = make_subplots(rows=1, cols=len(tasks), subplot_titles=tasks, shared_yaxes=True)

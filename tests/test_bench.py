@@ -6,12 +6,10 @@ import json
 import math
 import os
 
-import numpy as np
 import pytest
 import torch
 
 from nopelib import bench
-from nopelib.metrics import adjacency_score, adjacency_score_reference
 
 SECTIONS = ("meta", "train", "extraction", "adjacency", "parallel", "evaluation", "probe", "chapters")
 
@@ -80,18 +78,17 @@ def test_adjacency_rows_ratios_and_agreement(small):
     adj = small[0]["adjacency"]
     assert [r["T"] for r in adj["rows"]] == list(bench.SMALL.adjacency_T)
     n_layers = bench.SMALL.models[0][1].n_layer + 1
-    compared = {"reference": 0, "vectorised": 0}
+    compared = 0
     for r in adj["rows"]:
         assert r["n_matrices"] == n_layers
         _positive(r["numba_s"], f"T={r['T']} numba_s")
         assert 0.0 < r["mean_score"] < 1.0
-        for name in compared:
-            if f"{name}_s" in r:
-                compared[name] += 1
-                _positive(r[f"{name}_s"], f"T={r['T']} {name}_s")
-                assert r[f"speedup_vs_{name}"] == pytest.approx(r[f"{name}_s"] / r["numba_s"], rel=1e-9)
-                assert r[f"max_abs_diff_vs_{name}"] <= 1e-12, (name, r)
-    assert compared["reference"] >= 1 and compared["vectorised"] >= 2
+        if "reference_s" in r:
+            compared += 1
+            _positive(r["reference_s"], f"T={r['T']} reference_s")
+            assert r["speedup_vs_reference"] == pytest.approx(r["reference_s"] / r["numba_s"], rel=1e-9)
+            assert r["max_abs_diff_vs_reference"] <= 1e-12, r
+    assert compared >= 2
 
 
 def test_probe_rows(small):
@@ -156,13 +153,6 @@ def test_table_shows_every_section_its_errors_and_skips(small):
     result["probe"] = {"error": "Traceback: probe exploded", "section_s": 0.1}
     text = bench.format_table(result)
     assert "Traceback: probe exploded" in text and text.split("[chapters]")[1].strip().startswith("skipped")
-
-
-def test_pairwise_score_matches_the_definition_with_ties():
-    rng = np.random.default_rng(0)
-    C = rng.integers(0, 4, size=(3, 23, 23)).astype(np.float64)  # many exact ties
-    np.testing.assert_allclose(bench.pairwise_score(C, max_elements=2000), adjacency_score_reference(C), atol=1e-12)
-    np.testing.assert_allclose(bench.pairwise_score(C), adjacency_score(C), atol=1e-12)
 
 
 def test_write_json_is_atomic(tmp_path):

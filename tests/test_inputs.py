@@ -72,7 +72,7 @@ def test_gpt_config_rejects_values_that_cannot_train(field, value):
 ])
 def test_train_profile_rejects_values_that_cannot_train(field, value):
     with pytest.raises(ValueError, match=field):
-        replace(tr.PROFILES["quick"], **{field: value})
+        replace(tr.PROFILES["cpu"], **{field: value})
 
 
 def test_the_model_does_not_import_the_tasks_and_keeps_the_vocabulary_size():

@@ -61,7 +61,7 @@ def test_paper_training_on_a_cpu_needs_an_opt_in(monkeypatch):
     monkeypatch.delenv(ALLOW_SLOW_ENV, raising=False)
     with pytest.raises(ValueError, match=rf"profile='paper'.*about \d+ h.*{ALLOW_SLOW_ENV}=1"):
         check_training_time("paper", 20, "cpu")
-    check_training_time("quick", 8, "cpu")  # minutes: no word
+    check_training_time("cpu", 8, "cpu")  # minutes: no word
     monkeypatch.setenv(ALLOW_SLOW_ENV, "1")
     with pytest.warns(UserWarning, match=r"about \d+ h"):
         check_training_time("paper", 20, "cpu")

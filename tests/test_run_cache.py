@@ -28,9 +28,9 @@ from nopelib.cache import CacheWarning, file_sha256
 from nopelib.model import GPTConfig
 
 TINY = replace(
-    tr.PROFILES["quick"], name="tiny", model=GPTConfig(n_layer=1, n_head=2, n_embd=16),
+    tr.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=1, n_head=2, n_embd=16),
     steps=6, batch_size=8, warmup_steps=2, n_train=64, n_test=16, n_eval=16,
-    eval_batch_size=16, log_every=3, seeds=(0,),
+    eval_batch_size=16, log_every=3, seeds=(0,), task_steps=(), curve_every=0, n_curve=16,
 )
 
 
@@ -142,7 +142,7 @@ def test_a_diverged_run_is_never_committed(tmp_path, monkeypatch):
 
 def test_train_many_warns_with_the_expected_time_of_slow_cpu_training(monkeypatch):
     assert tr.expected_cpu_seconds(tr.PROFILES["paper"]) > 10 * 3600  # the paper profile
-    assert tr.expected_cpu_seconds(tr.PROFILES["quick"]) < 600
+    assert tr.expected_cpu_seconds(tr.PROFILES["cpu"]) < 600
     monkeypatch.setattr(tr, "expected_cpu_seconds", lambda profile: 7200.0)
     with pytest.warns(UserWarning, match=r"about 2 h"):
         tr.train_many([("addition", 0)], TINY, device="cpu", workers=1)
@@ -155,10 +155,11 @@ _ENDLESS = """
     from dataclasses import replace
     import nopelib.train as tr
     from nopelib.model import GPTConfig
-    endless = replace(tr.PROFILES["quick"], name="endless",
+    endless = replace(tr.PROFILES["cpu"], name="endless",
                       model=GPTConfig(n_layer=1, n_head=2, n_embd=16), steps=10_000_000,
                       batch_size=8, warmup_steps=2, n_train=64, n_test=16, n_eval=16,
-                      eval_batch_size=16, log_every=1000, seeds=(0,))
+                      eval_batch_size=16, log_every=1000, seeds=(0,), task_steps=(),
+                      curve_every=0, n_curve=16)
     try:
         tr.train_many([("addition", 0), ("addition", 1), ("reversal", 0)], endless, device="cpu",
                       cache_dir=sys.argv[1], workers=2)

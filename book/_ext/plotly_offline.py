@@ -3,8 +3,9 @@
 Figures drawn by ``nopelib.viz`` carry two outputs: plotly JSON for live front ends and an
 HTML div that calls the page's ``Plotly`` global. This extension copies the installed plotly
 package's ``plotly.min.js`` into ``_static`` and adds it to every page's head, so the built
-book works with no network; ``PlotlyJSONPlugin`` (a MyST-NB mime renderer registered in
-pyproject.toml) tells MyST-NB that the JSON output is deliberately not rendered.
+book works with no network. That MyST-NB draws the HTML twin and never the JSON is set in
+``_config.yml`` (``nb_mime_priority_overrides``). Jupyter Book finds this file through
+``sphinx: local_extensions`` in ``_config.yml``: it is build glue, not part of ``nopelib``.
 """
 
 from __future__ import annotations
@@ -13,23 +14,9 @@ import shutil
 from pathlib import Path
 
 import plotly
-from docutils import nodes
 from sphinx.application import Sphinx
 
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-
-
-PLOTLY_MIME = "application/vnd.plotly.v1+json"
-
-
-class PlotlyJSONPlugin:
-    """MyST-NB mime plugin: the static book draws the HTML twin, never the plotly JSON."""
-
-    mime_priority_overrides = [("*", PLOTLY_MIME, None)]
-
-    @staticmethod
-    def handle_mime(renderer: object, data: object, inline: bool) -> list[nodes.Element] | None:
-        return [] if getattr(data, "mime_type", None) == PLOTLY_MIME else None
 
 
 def _copy_plotly(app: Sphinx, exc: Exception | None) -> None:
@@ -39,13 +26,16 @@ def _copy_plotly(app: Sphinx, exc: Exception | None) -> None:
         shutil.copyfile(PLOTLY_JS, static / "plotly.min.js")
 
 
-def _dedupe_scripts(app: Sphinx, pagename: str, templatename: str, context: dict, doctree: object) -> None:
+def _dedupe_scripts(
+    app: Sphinx, pagename: str, templatename: str, context: dict, doctree: object
+) -> None:
     """Drops repeated script tags: sphinx-thebe registers its inline config once per build
     phase, and a second ``const THEBE_JS_URL`` is a console error on every page."""
     seen, unique = set(), []
     for script in context.get("script_files", []):
         # the repeat is registered with filename "" instead of None: compare what is emitted
-        key = (getattr(script, "filename", script) or "", repr(sorted(getattr(script, "attributes", {}).items())))
+        attributes = repr(sorted(getattr(script, "attributes", {}).items()))
+        key = (getattr(script, "filename", script) or "", attributes)
         if key not in seen:
             seen.add(key)
             unique.append(script)

@@ -1,4 +1,5 @@
-"""Sweeps over random models: shapes and columns of the frames, agreement with the plain paths."""
+"""Scores of random models and the studies over many: shapes and columns of the frames,
+agreement with the plain paths."""
 
 from __future__ import annotations
 
@@ -6,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from nopelib.analysis import layer_scores, random_model, sample_inputs, similarity_matrices
+from nopelib.analysis import (config_scores, layer_scores, length_groups, length_scores,
+                              long_sequence, mean_std_table, random_model, sample_inputs,
+                              seed_series, similarity_matrices, slider_frames, task_scores)
 from nopelib.metrics import adjacency_score, cosine_similarity_matrix
 from nopelib.model import GPTConfig
-from nopelib.sweeps import (batch_layer_scores, config_scores, length_scores, long_sequence, mean_std_table,
-                            slider_frames)
 from nopelib.tasks import TASKS, encode_inputs
 
 TINY = GPTConfig(n_layer=2, n_head=2, n_embd=32)
@@ -20,16 +21,57 @@ def _texts() -> list[str]:
     return [t for task in TASKS for t in sample_inputs(task, 3, seed=1)]
 
 
-def test_batch_layer_scores_equals_scoring_by_length() -> None:
+def _scores_by_length(model, texts: list[str]) -> np.ndarray:
+    """layer_scores with every length in its own call: a batch with no padding at all."""
+    out = np.empty((len(texts), model.config.n_layer + 1))
+    for members in length_groups(texts).values():
+        out[members] = layer_scores(model, [texts[i] for i in members])
+    return out
+
+
+def test_layer_scores_batched_equals_scoring_by_length() -> None:
     model = random_model(TINY, seed=3)
     texts = _texts()
-    np.testing.assert_allclose(batch_layer_scores(model, texts), layer_scores(model, texts), atol=1e-12)
+    assert len({len(t) for t in texts}) > 1  # the causal batch really is padded
+    np.testing.assert_allclose(layer_scores(model, texts), _scores_by_length(model, texts),
+                               atol=1e-12)
 
 
-def test_batch_layer_scores_bidirectional_falls_back() -> None:
+def test_layer_scores_bidirectional_groups_by_length() -> None:
     model = random_model(TINY, seed=3, causal=False)
     texts = _texts()
-    np.testing.assert_array_equal(batch_layer_scores(model, texts), layer_scores(model, texts))
+    np.testing.assert_array_equal(layer_scores(model, texts), _scores_by_length(model, texts))
+
+
+def test_layer_scores_match_the_definition() -> None:
+    model = random_model(TINY, seed=3)
+    text = _texts()[0]
+    idx, _ = encode_inputs([text])
+    with torch.no_grad():
+        C = cosine_similarity_matrix(model.hidden_states(idx)[:, 0])
+    np.testing.assert_allclose(layer_scores(model, [text])[0], adjacency_score(C), atol=1e-12)
+
+
+def test_length_groups_rejects_short_texts() -> None:
+    assert length_groups(["abcd", "abc", "wxyz"]) == {3: [1], 4: [0, 2]}
+    with pytest.raises(ValueError, match=">= 3"):
+        length_groups(["ab", "abc"])
+
+
+def test_task_scores_and_seed_series() -> None:
+    frame = task_scores(TINY, [0, 1], 2)
+    assert list(frame.columns) == ["seed", "task", "layer", "score"]
+    assert len(frame) == 2 * len(TASKS) * (TINY.n_layer + 1)
+    model = random_model(TINY, seed=1)
+    expected = layer_scores(model, sample_inputs("reversal", 2, seed=1)).mean(0)
+    got = frame[(frame.task == "reversal") & (frame.seed == 1)].score.to_numpy()
+    np.testing.assert_allclose(got, expected, atol=1e-12)
+    series = seed_series(frame, "task", label="task {task}")
+    assert list(series) == [f"task {t}" for t in sorted(TASKS)]
+    mean, std = series["task reversal"]
+    per_seed = frame[frame.task == "reversal"].pivot(index="seed", columns="layer", values="score")
+    np.testing.assert_allclose(mean, per_seed.mean().to_numpy())
+    np.testing.assert_allclose(std, per_seed.std().to_numpy())
 
 
 def test_config_scores_columns_and_values() -> None:
@@ -53,7 +95,8 @@ def test_config_scores_rejects_bad_input(kwargs: dict, name: str) -> None:
 
 def test_mean_std_table_formats_mean_and_std() -> None:
     import pandas as pd
-    frame = pd.DataFrame(dict(cfg=["a"] * 4, seed=[0, 1, 0, 1], layer=[0, 0, 1, 1], score=[0.4, 0.6, 0.9, 0.9]))
+    frame = pd.DataFrame(dict(cfg=["a"] * 4, seed=[0, 1, 0, 1], layer=[0, 0, 1, 1],
+                              score=[0.4, 0.6, 0.9, 0.9]))
     table = mean_std_table(frame, ["cfg"])
     assert table.loc["a", 0] == "0.500 ± 0.141"
     assert table.loc["a", 1] == "0.900 ± 0.000"

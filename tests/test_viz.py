@@ -1,0 +1,38 @@
+"""Figures of nopelib.viz: importing changes no global plotly setting; the book's renderer is
+set by an explicit call; the line slider shows one step's lines at a time."""
+
+import subprocess
+import sys
+
+import numpy as np
+
+from nopelib.viz import BookRenderer, line_slider
+
+
+def test_import_leaves_plotly_alone_and_the_call_sets_the_book_renderer():
+    code = ("import plotly.io as pio\n"
+            "default = pio.renderers.default\n"
+            "from nopelib import viz\n"
+            "assert pio.renderers.default == default, pio.renderers.default\n"
+            "viz.use_book_renderer()\n"
+            "assert pio.renderers.default == 'nopebook'\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_book_renderer_emits_plotly_json_and_an_html_twin():
+    bundle = BookRenderer().to_mimebundle({"data": [{"type": "scatter", "y": [1, 2]}]})
+    assert set(bundle) == {"application/vnd.plotly.v1+json", "text/html"}
+    assert "Plotly.newPlot" in bundle["text/html"]
+
+
+def test_line_slider_shows_one_step_at_a_time():
+    x = np.arange(3)
+    frames = {"a": {"measured": x * 1.0, "predicted": x * 2.0},
+              "b": {"measured": x * 3.0, "predicted": x * 4.0}}
+    fig = line_slider(x, frames, "σ", "rows", "k", "score")
+    assert [t.name for t in fig.data] == ["measured", "predicted"] * 2
+    assert [t.visible for t in fig.data] == [True, True, False, False]
+    step = fig.layout.sliders[0].steps[1]
+    assert step.args[0]["visible"] == [False, False, True, True]
+    assert step.args[1]["title"] == "rows, σ = b"
+    np.testing.assert_array_equal(fig.data[3].y, x * 4.0)
