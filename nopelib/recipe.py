@@ -76,7 +76,8 @@ def _git_commit() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m nopelib.recipe", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m nopelib.recipe",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, type=Path, help="JSON file to write")
     parser.add_argument("--profile", default="cpu", choices=sorted(PROFILES))
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
@@ -90,7 +91,8 @@ def main(argv: list[str] | None = None) -> None:
 
     result = {
         "provenance": {
-            "command": "python -m nopelib.recipe " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "command": "python -m nopelib.recipe "
+                       + " ".join(argv if argv is not None else sys.argv[1:]),
             "commit": _git_commit(),
             "machine": f"{platform.node()}: {platform.processor() or platform.machine()}, "
                        f"{os.cpu_count()} cores",

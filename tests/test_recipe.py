@@ -1,0 +1,45 @@
+"""The recipe study: scaled profiles, and a tiny study end to end through the run cache."""
+
+import json
+from dataclasses import replace
+
+import pytest
+
+import nopelib.recipe as recipe
+import nopelib.train as tr
+from nopelib.model import GPTConfig
+
+TINY = replace(
+    tr.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=1, n_head=2, n_embd=16),
+    steps=8, task_steps=(("addition", 10),), batch_size=8, warmup_steps=2, n_train=64,
+    n_test=16, n_eval=16, n_curve=16, curve_every=4, eval_batch_size=16, log_every=4,
+    seeds=(0,),
+)
+
+
+def test_recipe_profile_scales_every_budget_and_keeps_the_rest():
+    prof = recipe.recipe_profile(TINY, "learned", 4)
+    assert prof.steps == 32 and dict(prof.task_steps) == {"addition": 40}
+    assert prof.model.pos_encoding == "learned" and prof.model.n_embd == TINY.model.n_embd
+    assert (prof.lr, prof.batch_size, prof.warmup_steps) == (TINY.lr, TINY.batch_size, 2)
+    assert recipe.recipe_profile(TINY, "none", 1).model == TINY.model
+    with pytest.raises(ValueError, match="scale"):
+        recipe.recipe_profile(TINY, "none", 0)
+
+
+def test_a_tiny_study_writes_curves_with_provenance(tmp_path, monkeypatch):
+    monkeypatch.setenv("NOPELIB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setitem(tr.PROFILES, "tiny", TINY)
+    out = tmp_path / "results" / "curves.json"
+    recipe.main(["--out", str(out), "--profile", "tiny", "--tasks", "addition", "--scale", "2",
+                 "--device", "cpu"])
+    result = json.loads(out.read_text())
+    prov = result["provenance"]
+    assert prov["command"].startswith("python -m nopelib.recipe --out")
+    assert prov["scale"] == 2 and prov["wall_seconds"] > 0 and prov["torch"]
+    assert {(r["task"], r["pos_encoding"]) for r in result["runs"]} == {
+        ("addition", "none"), ("addition", "learned")}
+    for run in result["runs"]:
+        assert run["steps"] == 20  # twice the task's budget
+        assert run["curve"]["step"][-1] == 20 and len(run["curve"]["accuracy"]) == 5
+    assert not list(out.parent.glob(".tmp-*"))  # written atomically
