@@ -204,12 +204,22 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _is_pool_worker(pid: int) -> bool:
+    """A spawned pool worker (not the resource tracker, which also ignores SIGINT) that has run
+    the initializer (which makes it ignore SIGINT)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"spawn_main" in cmdline and _ignores_sigint(pid)
+
+
 def _start_training(tmp_path: Path) -> tuple[subprocess.Popen, list[int]]:
     """A parent running train_many with two workers, returned once both run the initializer."""
     proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_ENDLESS), str(tmp_path / "c")])
     deadline = time.monotonic() + 300  # spawn imports torch twice: slow on a loaded machine
     while time.monotonic() < deadline:
-        workers = [p for p in _children(proc.pid) if _ignores_sigint(p)]
+        workers = [p for p in _children(proc.pid) if _is_pool_worker(p)]
         if len(workers) == 2:
             return proc, workers
         time.sleep(0.2)
