@@ -293,7 +293,7 @@ def bench_parallel(sizes: Sizes) -> dict:
     n = os.cpu_count() or 1
     if n < 2:
         return {"skipped": True, "reason": "one core: nothing to run in parallel", "rows": []}
-    prof = replace(PROFILES["cpu"], steps=sizes.parallel_steps, task_steps=(), curve_every=0,
+    prof = replace(PROFILES["cpu"], steps=sizes.parallel_steps, task_budgets=(), curve_every=0,
                    warmup_steps=min(10, sizes.parallel_steps), n_train=4000, n_test=100,
                    n_eval=100, n_curve=100)
     runs = [("reversal", seed) for seed in range(n)]

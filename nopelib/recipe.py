@@ -21,10 +21,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+from nopelib.model import GPTConfig
 from nopelib.tasks import TASKS
 from nopelib.train import PROFILES, TrainProfile, get_profile, train_many
 
@@ -42,9 +43,18 @@ def recipe_profile(base: TrainProfile, pos_encoding: str, scale: int) -> TrainPr
         name=f"{base.name}-x{scale}-{pos_encoding}",
         model=replace(base.model, pos_encoding=pos_encoding),
         steps=base.steps * scale,
-        task_steps=tuple((task, steps * scale) for task, steps in base.task_steps),
+        task_budgets=tuple((task, steps * scale, *rest)
+                           for task, steps, *rest in base.task_budgets),
         curve_every=curve_every,
     )
+
+
+def recorded_profile(provenance: dict) -> TrainProfile:
+    """The profile a study recorded in its provenance (``"training"``), as it stood then."""
+    fields = dict(provenance["training"])
+    return TrainProfile(**{
+        **fields, "model": GPTConfig(**fields["model"]), "betas": tuple(fields["betas"]),
+        "task_budgets": tuple(tuple(b) for b in fields["task_budgets"])})
 
 
 def run_study(profile: str | TrainProfile, tasks: list[str], seeds: list[int], scale: int,
@@ -101,6 +111,9 @@ def main(argv: list[str] | None = None) -> None:
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "profile": args.profile,
             "scale": args.scale,
+            # the profile as it stood: its numbers change between commits
+            "training": {k: v for k, v in asdict(get_profile(args.profile)).items()
+                         if k != "seeds"},
         },
         "runs": rows,
     }

@@ -73,7 +73,9 @@ class TrainProfile:
     eval_batch_size: int  # rows per evaluation batch (one teacher-forced forward pass each)
     log_every: int  # steps between loss read-outs (the only host syncs in the loop)
     seeds: tuple[int, ...] = field(default=(0,))  # seeds a chapter trains; not part of a run's key
-    task_steps: tuple[tuple[str, int], ...] = ()  # (task, steps) pairs overriding ``steps``
+    # a task's own budget, overriding the numbers above for that task: (task, steps) or
+    # (task, steps, batch_size, lr)
+    task_budgets: tuple[tuple, ...] = ()
     curve_every: int = 0  # steps between learning-curve points (0: no curve)
     n_curve: int = 1_000  # a curve point is exact match on the first n_curve test examples
 
@@ -108,11 +110,18 @@ class TrainProfile:
                 or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1
                            for b in self.betas)):
             raise ValueError(f"betas={self.betas!r} must be a pair of numbers in [0, 1)")
-        for pair in self.task_steps:
-            if not (isinstance(pair, tuple) and len(pair) == 2 and type(pair[1]) is int
-                    and self.warmup_steps <= pair[1]):
-                raise ValueError(f"task_steps entry {pair!r} must be a (task, steps) pair with "
-                                 f"integer steps >= warmup_steps={self.warmup_steps}")
+        for entry in self.task_budgets:
+            if not (isinstance(entry, tuple) and len(entry) in (2, 4)
+                    and isinstance(entry[0], str)):
+                raise ValueError(f"task_budgets entry {entry!r} must be (task, steps) or "
+                                 "(task, steps, batch_size, lr)")
+            try:  # the task's own profile checks its numbers
+                self.for_task(entry[0])
+            except ValueError as err:
+                raise ValueError(f"task_budgets entry {entry!r}: {err}") from None
+        tasks = [entry[0] for entry in self.task_budgets]
+        if len(set(tasks)) != len(tasks):
+            raise ValueError(f"task_budgets={self.task_budgets!r} names a task twice")
         if type(self.curve_every) is not int or self.curve_every < 0:
             raise ValueError(f"curve_every={self.curve_every!r} must be a non-negative integer")
         if type(self.n_curve) is not int or not 1 <= self.n_curve <= self.n_test:
@@ -126,8 +135,14 @@ class TrainProfile:
                              "integers")
 
     def for_task(self, task: str) -> TrainProfile:
-        """This profile with ``steps`` set to the task's own budget (``task_steps``), if any."""
-        return replace(self, steps=dict(self.task_steps).get(task, self.steps), task_steps=())
+        """This profile with the task's own budget (``task_budgets``) applied, if it has one:
+        what a run of ``task`` trains with."""
+        budget = {entry[0]: entry[1:] for entry in self.task_budgets}.get(task)
+        if budget is None:
+            return replace(self, task_budgets=())
+        steps, batch_size, lr = budget if len(budget) == 3 else (*budget, self.batch_size,
+                                                                 self.lr)
+        return replace(self, steps=steps, batch_size=batch_size, lr=lr, task_budgets=())
 
     def lr_at(self, step: int) -> float:
         """Learning rate of optimizer step ``step`` (0-based): linear warm-up, cosine decay."""
@@ -143,15 +158,18 @@ PROFILES: dict[str, TrainProfile] = {
     # (0.45 M parameters) whose initialisation shows the adjacency pattern (the token
     # embedding's std is 0.002, so the averaging theory's ratio rho is small; see the trained
     # chapter), 2 seeds, evaluated on the whole test split, about 20 minutes cold on 2 cores.
-    # The budget is split by task: reversal passes 0.9 within 3,000 steps of 32; addition
-    # leaves its plateau near step 3,000 and gets most of the budget; indexing and ordering
-    # need far more than fits (the recipe study, nopelib.recipe, shows how much), so they get
-    # 1,000 steps each, enough to show their plateau. Every run records a learning curve.
+    # Each task has its own budget, chosen on seed 0 while the 20-minute limit held:
+    # addition, in batches of 64 at lr 3e-3, left its plateau after 1,750 steps, against
+    # 2,750-7,000 steps in batches of 32 at lr 2e-3 to 4e-3; reversal learned in batches of
+    # 32 at lr 2e-3 but stayed on its plateau for one seed of two in batches of 64 at 3e-3.
+    # Indexing and ordering need far more than fits (the recipe study, nopelib.recipe, shows
+    # how much), so they get 1,000 steps, enough to show their plateau. Every run records a
+    # learning curve.
     "cpu": TrainProfile(
         name="cpu",
         model=GPTConfig(n_layer=4, n_head=4, n_embd=96, init_std=0.002),
         steps=1000,
-        task_steps=(("addition", 10_000), ("reversal", 3000)),
+        task_budgets=(("addition", 7000, 64, 3e-3), ("reversal", 3000)),
         batch_size=32,
         lr=2e-3,
         min_lr_ratio=0.1,
@@ -247,8 +265,10 @@ def run_key(task: str, seed: int, profile: TrainProfile, device: str | torch.dev
     """The cache key of a run: the full config, the profile's training fields, task, seed, source,
     and what else changes the trained weights: the device type, its dtype policy, torch's version
     (a CUDA bfloat16 run is another run than a CPU float32 one)."""
-    fields = asdict(profile)
-    fields.pop("seeds")  # which seeds a chapter trains does not change how one seed trains
+    # the task's own budget, not the whole profile: changing another task's steps leaves this
+    # run's key alone; which seeds a chapter trains does not change how one seed trains
+    fields = asdict(profile.for_task(task))
+    fields.pop("seeds")
     kind = torch.device(device).type
     payload = {"task": task, "seed": seed, "profile": fields, "source": source_hash(),
                "device_type": kind, "dtype_policy": dtype_policy(kind), "torch": torch.__version__}
@@ -582,11 +602,11 @@ CPU_FLOPS_PER_RUN = 3e10
 def expected_cpu_seconds(profile: TrainProfile) -> float:
     """Rough seconds one run of ``profile`` trains on one CPU thread: 6 FLOPs per parameter
     and token (forward and backward), every row at the longest task's length, the steps
-    averaged over the tasks (``task_steps``)."""
+    averaged over the tasks (``task_budgets``)."""
     with torch.device("meta"):  # shapes only: no memory, no initialisation cost
         n_params = GPT(profile.model).num_params()
-    steps = sum(profile.for_task(task).steps for task in TASKS) / len(TASKS)
-    tokens = steps * profile.batch_size * MAX_SEQ_LEN
+    rows = sum(profile.for_task(t).steps * profile.for_task(t).batch_size for t in TASKS)
+    tokens = rows / len(TASKS) * MAX_SEQ_LEN
     return 6 * n_params * tokens / CPU_FLOPS_PER_RUN
 
 

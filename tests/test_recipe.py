@@ -11,7 +11,7 @@ from nopelib.model import GPTConfig
 
 TINY = replace(
     tr.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=1, n_head=2, n_embd=16),
-    steps=8, task_steps=(("addition", 10),), batch_size=8, warmup_steps=2, n_train=64,
+    steps=8, task_budgets=(("addition", 10),), batch_size=8, warmup_steps=2, n_train=64,
     n_test=16, n_eval=16, n_curve=16, curve_every=4, eval_batch_size=16, log_every=4,
     seeds=(0,),
 )
@@ -19,7 +19,7 @@ TINY = replace(
 
 def test_recipe_profile_scales_every_budget_and_keeps_the_rest():
     prof = recipe.recipe_profile(TINY, "learned", 4)
-    assert prof.steps == 32 and dict(prof.task_steps) == {"addition": 40}
+    assert prof.steps == 32 and dict(prof.task_budgets) == {"addition": 40}
     assert prof.model.pos_encoding == "learned" and prof.model.n_embd == TINY.model.n_embd
     assert (prof.lr, prof.batch_size, prof.warmup_steps) == (TINY.lr, TINY.batch_size, 2)
     assert recipe.recipe_profile(TINY, "none", 1).model == TINY.model
@@ -37,6 +37,10 @@ def test_a_tiny_study_writes_curves_with_provenance(tmp_path, monkeypatch):
     prov = result["provenance"]
     assert prov["command"].startswith("python -m nopelib.recipe --out")
     assert prov["scale"] == 2 and prov["wall_seconds"] > 0 and prov["torch"]
+    # the profile's numbers as they stood, since a profile changes between commits
+    assert prov["training"]["batch_size"] == TINY.batch_size
+    assert prov["training"]["lr"] == TINY.lr and prov["training"]["model"]["n_embd"] == 16
+    assert recipe.recorded_profile(prov) == replace(TINY, seeds=(0,))
     assert {(r["task"], r["pos_encoding"]) for r in result["runs"]} == {
         ("addition", "none"), ("addition", "learned")}
     for run in result["runs"]:

@@ -30,7 +30,7 @@ from nopelib.model import GPTConfig
 TINY = replace(
     tr.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=1, n_head=2, n_embd=16),
     steps=6, batch_size=8, warmup_steps=2, n_train=64, n_test=16, n_eval=16,
-    eval_batch_size=16, log_every=3, seeds=(0,), task_steps=(), curve_every=0, n_curve=16,
+    eval_batch_size=16, log_every=3, seeds=(0,), task_budgets=(), curve_every=0, n_curve=16,
 )
 
 
@@ -114,6 +114,18 @@ def test_the_key_separates_device_type_dtype_policy_and_torch_version(monkeypatc
     assert tr.run_key("addition", 0, TINY, "cpu") != cpu
 
 
+def test_the_key_covers_the_task_budget_only():
+    base = tr.run_key("addition", 0, TINY, "cpu")
+    other_task = replace(TINY, task_budgets=(("reversal", TINY.steps + 5),))
+    assert tr.run_key("addition", 0, other_task, "cpu") == base  # another task's budget
+    own_task = replace(TINY, task_budgets=(("addition", TINY.steps + 5),))
+    assert tr.run_key("addition", 0, own_task, "cpu") != base
+    # the same budget written as an override or as the default is the same run
+    same = replace(TINY, task_budgets=(("addition", TINY.steps),))
+    assert tr.run_key("addition", 0, same, "cpu") == base
+    assert tr.run_key("addition", 0, replace(TINY, seeds=(0, 1, 2)), "cpu") == base
+
+
 def test_run_folders_follow_the_umask_so_a_group_can_share_the_cache(tmp_path):
     old = os.umask(0o002)
     try:
@@ -158,7 +170,7 @@ _ENDLESS = """
     endless = replace(tr.PROFILES["cpu"], name="endless",
                       model=GPTConfig(n_layer=1, n_head=2, n_embd=16), steps=10_000_000,
                       batch_size=8, warmup_steps=2, n_train=64, n_test=16, n_eval=16,
-                      eval_batch_size=16, log_every=1000, seeds=(0,), task_steps=(),
+                      eval_batch_size=16, log_every=1000, seeds=(0,), task_budgets=(),
                       curve_every=0, n_curve=16)
     try:
         tr.train_many([("addition", 0), ("addition", 1), ("reversal", 0)], endless, device="cpu",

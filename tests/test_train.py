@@ -20,7 +20,7 @@ from nopelib.tasks import EOS_ID, VOCAB, encode, get_task, make_split
 TINY = replace(
     tr.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
     steps=12, batch_size=8, warmup_steps=3, n_train=96, n_test=40, n_eval=40,
-    eval_batch_size=16, log_every=5, seeds=(0,), task_steps=(), curve_every=0, n_curve=40,
+    eval_batch_size=16, log_every=5, seeds=(0,), task_budgets=(), curve_every=0, n_curve=40,
 )
 
 
@@ -283,7 +283,7 @@ def test_process_killed_while_writing_leaves_nothing_loadable(tmp_path):
         from nopelib.model import GPTConfig
         tiny = replace(tr.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
                        steps=12, batch_size=8, warmup_steps=3, n_train=96, n_test=40, n_eval=40,
-                       eval_batch_size=16, log_every=5, seeds=(0,), task_steps=(),
+                       eval_batch_size=16, log_every=5, seeds=(0,), task_budgets=(),
                        curve_every=0, n_curve=40)
         real_save = tr.save_model
         def save_then_die(model, path):
@@ -351,8 +351,8 @@ def test_unavailable_device_is_refused():
         tr.resolve_device("cuda")
 
 
-def test_task_steps_and_learning_curve():
-    prof = replace(TINY, steps=10, task_steps=(("addition", 14),), curve_every=5, n_curve=20)
+def test_task_budgets_and_learning_curve():
+    prof = replace(TINY, steps=10, task_budgets=(("addition", 14),), curve_every=5, n_curve=20)
     assert prof.for_task("addition").steps == 14 and prof.for_task("reversal").steps == 10
     _, met = tr.train("addition", 0, prof, torch.device("cpu"), progress=False)
     assert met["steps"] == 14
@@ -362,8 +362,27 @@ def test_task_steps_and_learning_curve():
                         progress=False)
     assert "curve" not in plain
     assert plain["loss_curve"] == met["loss_curve"]  # evaluating does not change training
-    with pytest.raises(ValueError, match="task_steps"):
-        replace(TINY, task_steps=(("addition", 1),))  # fewer steps than the warm-up
+    with pytest.raises(ValueError, match="task_budgets"):
+        replace(TINY, task_budgets=(("addition", 1),))  # fewer steps than the warm-up
+
+
+def test_a_task_budget_may_set_its_batch_and_learning_rate():
+    prof = replace(TINY, task_budgets=(("addition", 14, 8, 1e-3), ("reversal", 12)))
+    add, rev, idx = (prof.for_task(t) for t in ("addition", "reversal", "indexing"))
+    assert (add.steps, add.batch_size, add.lr) == (14, 8, 1e-3)
+    assert (rev.steps, rev.batch_size, rev.lr) == (12, TINY.batch_size, TINY.lr)
+    assert (idx.steps, idx.batch_size, idx.lr) == (TINY.steps, TINY.batch_size, TINY.lr)
+    assert add.task_budgets == () and add.name == TINY.name
+    _, met = tr.train("addition", 0, prof, torch.device("cpu"), progress=False)
+    assert met["steps"] == 14
+    for bad, named in [(("addition", 14, 0, 1e-3), "batch_size"),
+                       (("addition", 14, 8, -1.0), "lr"),
+                       (("addition", 14, 8), "task_budgets entry"),
+                       ((3, 14), "task_budgets entry")]:
+        with pytest.raises(ValueError, match=named):
+            replace(TINY, task_budgets=(bad,))
+    with pytest.raises(ValueError, match="names a task twice"):
+        replace(TINY, task_budgets=(("addition", 14), ("addition", 16)))
     with pytest.raises(ValueError, match="n_curve"):
         replace(TINY, n_curve=TINY.n_test + 1)
 
