@@ -345,8 +345,9 @@ def null_attention_checks(token_seqs: Sequence[Sequence[int]], n_models: int, d:
     |deviation| from the repeat-aware closed form (mean of ``gram_cosine(averaged_gram)``),
     "dev_ideal": [n_rep] the same from sqrt(min/max), "var_rel": [n_rep] the largest relative
     deviation of the mean feature variance from var_1 n_kk / k^2, "slope": [n_rep] its log-log
-    slope, "shrink": [n_rep] the mean relative shortfall of the off-diagonal cosines below
-    "cos_mean", 0 on average: the null of the shrinkage that non-uniform attention causes}.
+    slope, "shrink": [n_rep] the mean relative shortfall of the adjacent cosines C[k, k+1]
+    below "cos_mean", 0 on average: the null of the shrinkage that non-uniform attention
+    causes, read where the null scatters least}.
     """
     _check_positive_int("n_models", n_models)
     _check_positive_int("n_rep", n_rep)
@@ -386,8 +387,8 @@ def null_attention_checks(token_seqs: Sequence[Sequence[int]], n_models: int, d:
         out["var_rel"][r] = np.abs(var_k / law - 1).max()
         out["slope"][r] = np.polyfit(np.log(k), np.log(var_k), 1)[0]
     cos_mean = cos_reps.mean(0)
-    off = ~np.eye(T, dtype=bool)
-    out["shrink"] = 1 - (cos_reps[:, off] / cos_mean[off]).mean(1)
+    adj = np.arange(T - 1)
+    out["shrink"] = 1 - (cos_reps[:, adj, adj + 1] / cos_mean[adj, adj + 1]).mean(1)
     return {"cos_mean": cos_mean, "cos_sd": cos_reps.std(0, ddof=1), **out}
 
 
