@@ -26,10 +26,11 @@ its comparisons.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
 import numpy as np
+import pandas as pd
 import torch
 
 from nopelib.analysis import length_groups, random_model
@@ -314,3 +315,176 @@ def sigma_sweep(sigmas: Sequence[float], n_seeds: int, texts: Sequence[str],
                 cosine[n] = C[0].numpy()
         rows[n] = np.concatenate(row_scores).mean(axis=0)
     return {"scores": scores, "rows": rows, "cosine": cosine}
+
+
+# ---------------------------------------------------------------------------------------------
+# sampling error of the checks, the sigma threshold across tasks and architectures, and the
+# large-sigma excess (issue 14)
+
+def _layer_norm_rows(z: np.ndarray) -> np.ndarray:
+    """LayerNorm at init (weight 1, bias 0) of the last axis, as ln_1 applies it."""
+    z = z - z.mean(-1, keepdims=True)
+    return z / np.sqrt(z.var(-1, keepdims=True) + LN_EPS)
+
+
+def null_attention_checks(token_seqs: Sequence[Sequence[int]], n_models: int, d: int,
+                          n_rep: int = 300, seed: int = 0) -> dict[str, np.ndarray]:
+    """Null distributions of the chapter's attention-output statistics under the theory alone.
+
+    Each replicate draws ``n_models`` models' worth of exactly uniform causal attention whose
+    value vectors are those of a random model at init: u = W_O W_V LN(e) with independent
+    Gaussian W_V, W_O (their scales cancel in cosines and in the relative variance) and one
+    Gaussian embedding per token, shared by all sequences of one model, as a real model shares
+    its table. The u are therefore not isotropic: the product of two square Gaussian matrices
+    has E tr(S^2) / (tr S)^2 = 3/d, so each cosine scatters sqrt(3) times more than for i.i.d.
+    vectors. Each replicate averages over models and sequences (all of one length T) the
+    statistics the chapter computes from real models:
+
+    {"cos_mean": [T, T] the expected mean cosine matrix (mean over replicates), "cos_sd":
+    [T, T] its sampling sd (over replicates), "dev_repeat": [n_rep] its largest
+    |deviation| from the repeat-aware closed form (mean of ``gram_cosine(averaged_gram)``),
+    "dev_ideal": [n_rep] the same from sqrt(min/max), "var_rel": [n_rep] the largest relative
+    deviation of the mean feature variance from var_1 n_kk / k^2, "slope": [n_rep] its log-log
+    slope, "shrink": [n_rep] the mean relative shortfall of the adjacent cosines C[k, k+1]
+    below "cos_mean", 0 on average: the null of the shrinkage that non-uniform attention
+    causes, read where the null scatters least}.
+    """
+    _check_positive_int("n_models", n_models)
+    _check_positive_int("n_rep", n_rep)
+    _check_positive_int("d", d)
+    lengths = sorted({len(t) for t in token_seqs})
+    if len(lengths) != 1 or lengths[0] < 3:
+        raise ValueError(f"token_seqs must be sequences of one length >= 3; got lengths {lengths}")
+    seqs = np.asarray(token_seqs)
+    B, T = seqs.shape
+    _, ids = np.unique(seqs, return_inverse=True)
+    ids = ids.reshape(B, T)
+    V = int(ids.max()) + 1
+    k = _positions(T)
+    repeat_C = np.mean([gram_cosine(averaged_gram(t)) for t in seqs], axis=0)  # [T, T]
+    ideal_C = uniform_cosine_matrix(T)
+    n_kk = np.mean([np.diag(coincidence_counts(t)) for t in seqs], axis=0)  # [T]
+    rng = np.random.default_rng(seed)
+    cos_reps = np.empty((n_rep, T, T))
+    out = {"dev_repeat": np.empty(n_rep),
+           "dev_ideal": np.empty(n_rep), "var_rel": np.empty(n_rep), "slope": np.empty(n_rep)}
+    for r in range(n_rep):
+        cos_sum, var_sum = np.zeros((T, T)), np.zeros(T)
+        for _ in range(n_models):
+            u = _layer_norm_rows(rng.standard_normal((V, d)))  # [V, d] LN(e)
+            for _ in range(2):  # u <- u W with W Gaussian d x d: W_V, then W_O
+                # the columns of u W are i.i.d. N(0, u u^T): a V x V draw replaces a d x d one
+                u = np.linalg.cholesky(u @ u.T) @ rng.standard_normal((V, d))
+            a = u[ids].cumsum(axis=1) / k[None, :, None]  # [B, T, d]
+            unit = a / np.linalg.norm(a, axis=-1, keepdims=True)
+            cos_sum += np.einsum("btd,bsd->ts", unit, unit)
+            var_sum += a.var(axis=-1).sum(0)
+        C, var_k = cos_sum / (n_models * B), var_sum / (n_models * B)
+        law = var_k[0] * n_kk / k**2
+        cos_reps[r] = C
+        out["dev_repeat"][r] = np.abs(C - repeat_C).max()
+        out["dev_ideal"][r] = np.abs(C - ideal_C).max()
+        out["var_rel"][r] = np.abs(var_k / law - 1).max()
+        out["slope"][r] = np.polyfit(np.log(k), np.log(var_k), 1)[0]
+    cos_mean = cos_reps.mean(0)
+    adj = np.arange(T - 1)
+    out["shrink"] = 1 - (cos_reps[:, adj, adj + 1] / cos_mean[adj, adj + 1]).mean(1)
+    return {"cos_mean": cos_mean, "cos_sd": cos_reps.std(0, ddof=1), **out}
+
+
+def _block1_three_scores(model: GPT, texts: Sequence[str]) -> np.ndarray:
+    """Layer-1 scores of e, e + a and h1 for each text: [len(texts), 3].
+
+    One right-padded batch serves every length: with causal attention a text's positions never
+    see the padding after them (``analysis.layer_scores`` relies on the same fact); only float
+    rounding differs from a batch per length, which can flip a near-tie of repeated tokens.
+    """
+    out = np.empty((len(texts), 3))
+    idx, _ = encode_inputs(list(texts))  # [B, T_max], right-padded
+    act = block1_activations(model, idx)
+    e = act["embedding"]  # [B, T_max, d]
+    states = torch.stack([e, e + act["attn_out"], act["hidden"]])  # [3, B, T_max, d]
+    for T, members in length_groups(texts).items():
+        C = cosine_similarity_matrix(states[:, members, :T])  # [3, b, T, T]
+        out[members] = adjacency_score(C).T
+    return out
+
+
+def _unit_embedding(model: GPT) -> torch.Tensor:
+    """The token embedding divided by its init std: the N(0, 1) draw that ``random_model``
+    scales by ``init_std`` (drawn last in ``_init_weights``), so the same seed at another
+    sigma is this table times sigma."""
+    return model.transformer.wte.weight.detach().clone() / model.config.init_std
+
+
+@torch.no_grad()
+def threshold_study(archs: Sequence[tuple[int, int]], texts: Mapping[str, Sequence[str]],
+                    sigmas: Sequence[float], n_seeds: int,
+                    long_texts: Sequence[str]) -> dict[str, object]:
+    """Layer-1 scores of random NoPE models of several architectures over a sigma grid.
+
+    ``archs`` holds (n_layer, n_embd); ``texts`` maps each task to its inputs. Each seed's model
+    is built once and its token embedding rescaled to every sigma (the same draw times sigma,
+    which is what ``random_model(init_std=sigma)`` gives for that seed). Block 1 is all that
+    is run: depth enters it only through c_proj's init std 0.02/sqrt(2 n_layer).
+
+    Returns {"scores": DataFrame with one row per (n_layer, n_embd, task, seed, sigma) and the
+    mean scores of e alone ("e"), of e + a ("ea") and of the real h1 ("h1") over the task's
+    texts; "s_inf":
+    DataFrame (n_layer, n_embd, s_inf), the value scale of seed 0 measured on ``long_texts``
+    (all of one length) at sigma = 0.2, as the chapter measures it for the default model}.
+    """
+    _check_positive_int("n_seeds", n_seeds)
+    long_idx, _ = encode_inputs(list(long_texts))  # [n_long, T]
+    all_texts = [text for task_texts in texts.values() for text in task_texts]
+    owner, start = {}, 0  # task -> indices of its texts in all_texts
+    for task, task_texts in texts.items():
+        owner[task] = list(range(start, start + len(task_texts)))
+        start += len(task_texts)
+    rows, scales = [], []
+    for n_layer, n_embd in archs:
+        for seed in range(n_seeds):
+            model = random_model(seed=seed, n_layer=n_layer, n_embd=n_embd)
+            unit = _unit_embedding(model)  # [vocab, d]
+            if seed == 0:
+                model.transformer.wte.weight.copy_(unit * 0.2)
+                scales.append((n_layer, n_embd, measure_value_scale(model, long_idx)))
+            for sigma in sigmas:
+                model.transformer.wte.weight.copy_(unit * float(sigma))
+                scores = _block1_three_scores(model, all_texts)  # [texts, 3]
+                for task, members in owner.items():
+                    e, ea, h1 = scores[members].mean(0)
+                    rows.append((n_layer, n_embd, task, seed, float(sigma), e, ea, h1))
+    columns = ["n_layer", "n_embd", "task", "seed", "sigma", "e", "ea", "h1"]
+    return {"scores": pd.DataFrame(rows, columns=columns),
+            "s_inf": pd.DataFrame(scales, columns=["n_layer", "n_embd", "s_inf"])}
+
+
+def attention_logit_variance(d: int, init_std: float = 0.02) -> float:
+    """Variance over keys of block 1's attention logits q.k/sqrt(d_h) at init: (init_std^2 d)^2.
+
+    LN(e) has unit-variance features, so q and k have entries of variance init_std^2 d; for a
+    fixed query, q.k_m / sqrt(d_h) over keys m has variance |q|^2 init_std^2 d / d_h, and
+    E|q|^2 = d_h init_std^2 d. The head size cancels.
+    """
+    _check_positive_int("d", d)
+    return (init_std**2 * d) ** 2
+
+
+def layer0_expected_score(tokens: Sequence[int]) -> float:
+    """Exact expected adjacency score of i.i.d. continuous token embeddings alone (layer 0, or
+    any sigma where the embedding swamps the averaged term), mean over rows k >= 2.
+
+    A comparison (k; i < j) of three distinct tokens is in order with probability 1/2 (the
+    draws of t_i and t_j are exchangeable); t_j = t_k != t_i is always in order (cosine 1);
+    t_i = t_k, and t_i = t_j (an exact tie, which the metric counts as not in order), never.
+    """
+    t = np.asarray(tokens)
+    if t.ndim != 1 or t.size < 3:
+        raise ValueError(f"tokens must be a 1-D sequence of length >= 3; got shape {t.shape}")
+    idx = _triples(t.size)  # [N, 3] as (k, i, j)
+    tk, ti, tj = t[idx[:, 0]], t[idx[:, 1]], t[idx[:, 2]]
+    p = np.where((ti != tj) & (ti != tk) & (tj != tk), 0.5, 0.0) + ((tj == tk) & (ti != tk))
+    k = idx[:, 0]
+    pairs = np.arange(2, t.size) * np.arange(1, t.size - 1) / 2  # C(k, 2) per row
+    return float(np.mean(np.bincount(k, weights=p, minlength=t.size)[2:] / pairs))

@@ -355,3 +355,22 @@ def before_after_lines(
 
 
 DEFAULT_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
+
+
+# --- issue 14: numbers for the chapters' Markdown ----------------------------------------------
+
+def glue_numbers(values: dict[str, object]) -> None:
+    """``myst_nb.glue`` each value, numpy scalars as plain Python numbers, not displayed.
+
+    MyST-NB reads a glued value back from its text/plain form with ``ast.literal_eval`` before
+    applying a format spec such as ``{glue:text}`name:.3f```; numpy 2 writes a float64 as
+    ``np.float64(0.09)``, which that cannot read, so the number would not render.
+    """
+    from myst_nb import glue
+
+    for name, value in values.items():
+        if isinstance(value, np.generic):
+            value = value.item()
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise TypeError(f"{name}={value!r} must be a number (int or float)")
+        glue(name, value, display=False)

@@ -150,3 +150,91 @@ def test_bad_input():
         th.residual_gram([1, 2, 3], -1.0)
     with pytest.raises(ValueError, match="length"):
         th.predicted_row_scores([1, 2], 0.5, 384)
+
+
+# --- issue 14: sampling error of the checks, the threshold study, the large-sigma limit ---
+
+def test_null_attention_checks_centres_on_the_closed_form():
+    seqs = [list(range(12)), list(range(20, 32))]  # distinct tokens: repeat-aware = sqrt(min/max)
+    null = th.null_attention_checks(seqs, n_models=2, d=256, n_rep=60, seed=1)
+    ideal = th.uniform_cosine_matrix(12)
+    se = null["cos_sd"] / math.sqrt(60) + 1e-12
+    assert np.all(np.abs(null["cos_mean"] - ideal) < 5 * se + 0.02)  # ratio bias is O(1/d)
+    np.testing.assert_allclose(null["dev_repeat"], null["dev_ideal"])
+    assert abs(null["shrink"].mean()) < 4 * null["shrink"].std() / math.sqrt(60)
+    assert np.all((null["slope"] > -1.2) & (null["slope"] < -0.8))
+
+
+def test_null_value_vectors_scatter_like_a_product_of_two_gaussian_matrices():
+    # one model, one sequence: a cosine of two value vectors has variance ~ 3/d, not 1/d
+    d, n = 128, 400
+    null = th.null_attention_checks([[1, 2, 3]], n_models=1, d=d, n_rep=n, seed=2)
+    # cos(a_1, a_2) = cos(u_1, (u_1 + u_2)/2); its scatter scales with that of cos(u_1, u_2)
+    iso = th.simulate_averaged(n, 3, d, seed=3)  # i.i.d. isotropic value vectors
+    iso_cos = cosine_similarity_matrix(torch.from_numpy(iso))[:, 0, 1].numpy()
+    ratio = null["cos_sd"][0, 1] / iso_cos.std()
+    assert 1.4 < ratio < 2.1, ratio  # sqrt(3) ~ 1.73
+
+
+def test_null_attention_checks_bad_input():
+    with pytest.raises(ValueError, match="one length"):
+        th.null_attention_checks([[1, 2, 3], [1, 2]], 1, 16, n_rep=2)
+    with pytest.raises(ValueError, match="n_rep"):
+        th.null_attention_checks([[1, 2, 3]], 1, 16, n_rep=0)
+
+
+def test_attention_logit_variance_matches_a_random_model():
+    model = random_model(seed=0)
+    d, h = 384, model.config.n_head
+    blk = model.transformer.h[0]
+    with torch.no_grad():
+        x = blk.ln_1(model.transformer.wte.weight)  # [vocab, d] (token embeddings at init)
+        n = x.shape[0]
+        q, k, _ = blk.attn.c_attn(x).split(d, dim=1)
+        dh = d // h
+        q, k = q.view(n, h, dh), k.view(n, h, dh)
+        logits = torch.einsum("qhc,khc->hqk", q, k) / math.sqrt(dh)  # [h, n, n]
+    measured = float(logits.var(dim=-1).mean())
+    assert measured == pytest.approx(th.attention_logit_variance(d), rel=0.15)
+
+
+def test_layer0_expected_score_is_exact():
+    assert th.layer0_expected_score(list(range(10))) == pytest.approx(0.5)
+    tokens = [3, 4, 3, 3, 9, 4, 4, 7, 3, 9]
+    n, d = 3000, 16
+    rng = np.random.default_rng(7)
+    _, ids = np.unique(tokens, return_inverse=True)
+    e = rng.standard_normal((n, ids.max() + 1, d))[:, ids]  # [n, T, d]
+    scores = adjacency_score(cosine_similarity_matrix(torch.from_numpy(e)))
+    se = scores.std() / math.sqrt(n)
+    assert abs(scores.mean() - th.layer0_expected_score(tokens)) < 4 * se
+    assert abs(scores.mean() - 0.5) > 4 * se  # the repeats move it: the check can fail
+    with pytest.raises(ValueError, match="length"):
+        th.layer0_expected_score([1, 2])
+
+
+def test_rescaled_embedding_is_random_model_at_that_sigma():
+    base = random_model(seed=3, n_layer=2, n_embd=48)
+    other = random_model(seed=3, n_layer=2, n_embd=48, init_std=0.07)
+    torch.testing.assert_close(th._unit_embedding(base) * 0.07, other.transformer.wte.weight)
+
+
+def test_padded_three_scores_match_per_length_batches():
+    model = random_model(seed=1, n_layer=1, n_embd=48)
+    texts = ["rev(123)=", "rev(98765)=", "mpwx+", "rev(4)="]
+    three = th._block1_three_scores(model, texts)
+    np.testing.assert_allclose(three[:, 1:], th.block1_scores(model, texts), atol=1e-6)
+
+
+def test_threshold_study_small():
+    texts = {"reversal": ["rev(12345678)=", "rev(87654321)="]}
+    long_texts = ["rev(12345678)="]
+    out = th.threshold_study([(1, 48), (2, 48)], texts, [1e-3, 1.0], 2, long_texts)
+    df = out["scores"]
+    assert len(df) == 2 * 2 * 2 and set(df["task"]) == {"reversal"}
+    assert list(out["s_inf"]["n_layer"]) == [1, 2]
+    # deeper: smaller c_proj init, smaller value vectors (1/sqrt(2 L))
+    s1, s2 = out["s_inf"]["s_inf"]
+    assert s2 / s1 == pytest.approx(math.sqrt(2 / 4), rel=0.25)
+    small, large = (df[df["sigma"] == s].groupby("n_layer")["ea"].mean() for s in (1e-3, 1.0))
+    assert np.all(small > large)

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from nopelib.viz import BookRenderer, line_slider
 
@@ -36,3 +37,23 @@ def test_line_slider_shows_one_step_at_a_time():
     assert step.args[0]["visible"] == [False, False, True, True]
     assert step.args[1]["title"] == "rows, σ = b"
     np.testing.assert_array_equal(fig.data[3].y, x * 4.0)
+
+
+# --- issue 14: numbers for the chapters' Markdown ---
+
+def test_glue_numbers_stores_plain_python_numbers(monkeypatch):
+    import ast
+
+    import myst_nb
+
+    from nopelib import viz
+
+    stored = {}
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display: stored.update({name: value}))
+    viz.glue_numbers({"x": np.float64(0.25), "n": np.int64(3), "y": 1.5})
+    assert stored == {"x": 0.25, "n": 3, "y": 1.5}
+    # MyST-NB reads the text/plain form back with literal_eval: plain floats survive it
+    assert all(ast.literal_eval(repr(v)) == v for v in stored.values())
+    assert type(stored["x"]) is float and type(stored["n"]) is int
+    with pytest.raises(TypeError, match="s='a'"):
+        viz.glue_numbers({"s": "a"})
