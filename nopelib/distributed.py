@@ -67,8 +67,9 @@ def start_local(num_cpus: int, tries: int = 3, **kwargs: object) -> None:
                 raise
 
 
-def _connect(address: str | None, workers: int | None) -> bool:
-    """Start or join Ray; True when this call started it (and so must shut it down)."""
+def connect(address: str | None, workers: int | None) -> bool:
+    """Start or join Ray (a running one is used as it is); True when this call started or
+    joined it, and so must shut it down."""
     import ray
 
     if ray.is_initialized():
@@ -83,14 +84,19 @@ def _connect(address: str | None, workers: int | None) -> bool:
     return True
 
 
-def cluster_device(device: str) -> str:
-    """The device type the runs train on: ``"auto"`` is CUDA when the cluster has a GPU."""
-    import ray
-
+def _device_kind(device: str) -> str:
     kind = device.split(":")[0] if isinstance(device, str) else None
     if kind not in RAY_DEVICES or (kind == "auto" and device != "auto"):
         raise ValueError(f"device={device!r} is not one the ray backend schedules; allowed: "
                          f"{RAY_DEVICES} (Ray assigns the GPU itself)")
+    return kind
+
+
+def cluster_device(device: str) -> str:
+    """The device type the runs train on: ``"auto"`` is CUDA when the cluster has a GPU."""
+    import ray
+
+    kind = _device_kind(device)
     gpus = ray.cluster_resources().get("GPU", 0)
     if kind == "auto":
         return "cuda" if gpus else "cpu"
@@ -106,8 +112,8 @@ def _train_remote(task: str, seed: int, profile: tr.TrainProfile, device: str,
     here = tr.run_key(task, seed, profile, dev)
     if here != key:
         raise RuntimeError(f"the worker computes cache key {here} for {task!r} seed {seed}, the "
-                           f"driver {key}: its nopelib sources, torch version ({torch.__version__}) "
-                           "or device differ")
+                           f"driver {key}: its nopelib sources, torch version "
+                           f"({torch.__version__}) or device differ")
     model, metrics = tr.train_and_score(task, seed, profile, dev, key, progress=False)
     metrics["worker"] = f"{os.uname().nodename} pid {os.getpid()}"
     with tempfile.TemporaryDirectory() as tmp:
@@ -144,33 +150,24 @@ def train_many_ray(
     _check_gpu_fraction(gpu_fraction)
     if type(max_retries) is not int or max_retries < 0:
         raise ValueError(f"max_retries={max_retries!r} must be a non-negative integer")
-    started = _connect(address, workers)
-    try:
-        kind = cluster_device(device)
-        root = tr.resolve_cache_dir(cache_dir) / "runs"
+    root = tr.resolve_cache_dir(cache_dir) / "runs"
+
+    def missing_of(kind: str) -> tuple[dict, list]:
         keys = {(t, s): tr.run_key(t, s, profile, kind) for t, s in runs}
-        missing = [(t, s) for t, s in runs
-                   if tr._load(root / keys[t, s], keys[t, s], profile) is None]
-        missing.sort(key=lambda run: -tr.get_task(run[0]).max_input_len)  # as train_many
-        gpus = (gpu_fraction or default_gpu_fraction(profile.model)) if kind == "cuda" else 0
-        remote = ray.remote(_train_remote).options(num_cpus=1, num_gpus=gpus,
-                                                   max_retries=max_retries)
-        pending = {remote.remote(t, s, profile, kind, keys[t, s]): (t, s) for t, s in missing}
+        return keys, [(t, s) for t, s in runs
+                      if tr._load(root / keys[t, s], keys[t, s], profile) is None]
+
+    kind = _device_kind(device)
+    keys, missing = missing_of(kind) if kind != "auto" else ({}, runs)
+    if missing:  # Ray is started only when something trains
+        started = connect(address, workers)
         try:
-            with tqdm(total=len(pending), desc=f"training {len(pending)} runs on Ray") as bar:
-                while pending:
-                    done, _ = ray.wait(list(pending), num_returns=1)
-                    task, seed = pending.pop(done[0])
-                    model, metrics = _receive(*ray.get(done[0]), profile)
-                    tr._commit(root, keys[task, seed], model, metrics, profile)
-                    bar.update(1)
-        except BaseException:
-            for ref in pending:
-                ray.cancel(ref, force=True)
-            raise
-    finally:
-        if started:
-            ray.shutdown()
+            kind = cluster_device(device)
+            keys, missing = missing_of(kind)
+            _train_on_ray(missing, profile, kind, keys, root, gpu_fraction, max_retries)
+        finally:
+            if started:
+                ray.shutdown()
     out = {}
     for t, s in runs:
         loaded = tr._load(root / keys[t, s], keys[t, s], profile)
@@ -180,3 +177,27 @@ def train_many_ray(
         out[t, s] = tr.TrainedRun(model, metrics, profile.model, profile,
                                   from_cache=(t, s) not in missing)
     return out
+
+
+def _train_on_ray(missing: list[tuple[str, int]], profile: tr.TrainProfile, kind: str,
+                  keys: dict, root: Path, gpu_fraction: float | None, max_retries: int) -> None:
+    """Submit one task per missing run; commit each result as it arrives."""
+    import ray
+
+    missing = sorted(missing, key=lambda run: -tr.get_task(run[0]).max_input_len)  # as local
+    gpus = (gpu_fraction or default_gpu_fraction(profile.model)) if kind == "cuda" else 0
+    remote = ray.remote(_train_remote).options(num_cpus=1, num_gpus=gpus,
+                                               max_retries=max_retries)
+    pending = {remote.remote(t, s, profile, kind, keys[t, s]): (t, s) for t, s in missing}
+    try:
+        with tqdm(total=len(pending), desc=f"training {len(pending)} runs on Ray") as bar:
+            while pending:
+                done, _ = ray.wait(list(pending), num_returns=1)
+                task, seed = pending.pop(done[0])
+                model, metrics = _receive(*ray.get(done[0]), profile)
+                tr._commit(root, keys[task, seed], model, metrics, profile)
+                bar.update(1)
+    except BaseException:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        raise

@@ -131,3 +131,15 @@ def test_default_gpu_fraction_follows_model_size():
     assert distributed.default_gpu_fraction(GPTConfig()) == 0.25  # 10.6 M
     assert distributed.default_gpu_fraction(GPTConfig(n_layer=6, n_embd=768)) == 0.5  # 42 M
     assert distributed.default_gpu_fraction(GPTConfig(n_layer=24, n_embd=768)) == 1.0
+
+
+def test_a_grid_trains_on_ray_and_reports_it(tmp_path, monkeypatch):
+    from nopelib import grid
+
+    monkeypatch.setenv(tr.CACHE_ENV, str(tmp_path))
+    tiny = grid.Grid("t", ("addition",), (0,), (TINY,), n_inputs=8)
+    rows = grid.run_grid(tiny, device="cpu", backend="ray")
+    assert ray.is_initialized()  # the running instance was used, not shut down
+    local = tr.train_or_load("addition", 0, TINY, "cpu")
+    assert local.from_cache and rows[0]["key"] == local.metrics["key"]
+    assert not rows[0]["from_cache"] and rows[0]["device"] == "cpu"
