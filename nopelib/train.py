@@ -51,6 +51,7 @@ from nopelib.model import FLOAT32_MAX, GPT, GPTConfig
 from nopelib.tasks import TASKS, EOS_ID, IGNORE_INDEX, MAX_SEQ_LEN, encode, encode_batch, encode_inputs, get_task, make_split
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
+BACKENDS = ("local", "ray")  # how train_many trains the missing runs
 
 
 @dataclass(frozen=True)
@@ -545,6 +546,42 @@ def _valid(run_dir: Path, key: str, profile: TrainProfile) -> bool:
     return True
 
 
+def train_and_score(task: str, seed: int, prof: TrainProfile, dev: torch.device, key: str,
+                    progress: bool = True) -> tuple[GPT, dict]:
+    """Train one run, evaluate it and fill in its metrics; nothing is written. The model comes
+    back on the CPU in eval mode. Every backend trains a run through this function, so a seed
+    gives the same weights whichever process or machine runs it."""
+    if dev.type == "cpu":
+        # one thread: CPU results are then identical whatever the core count (a reduction
+        # split over threads rounds differently); train_many runs in parallel instead
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            model, metrics = train(task, seed, prof, dev, progress=progress)
+        finally:
+            torch.set_num_threads(threads)
+    else:
+        model, metrics = train(task, seed, prof, dev, progress=progress)
+    return score(model, metrics, task, seed, prof, dev, key)
+
+
+def score(model: GPT, metrics: dict, task: str, seed: int, prof: TrainProfile,
+          dev: torch.device, key: str) -> tuple[GPT, dict]:
+    """Exact match of a trained run on its test prefix, and the metrics that describe the run
+    (``metrics`` is completed in place); the model comes back on the CPU in eval mode."""
+    test = make_split(task, seed, n_train=prof.n_train, n_test=prof.n_test).test[: prof.n_eval]
+    start = time.perf_counter()
+    metrics["accuracy"] = evaluate(model, test, batch_size=prof.eval_batch_size)
+    metrics["eval_seconds"] = time.perf_counter() - start
+    metrics.update(
+        n_test=len(test), task=task, seed=seed, key=key, profile=prof.name,
+        num_params=model.num_params(), config=prof.model.to_dict(), torch=torch.__version__,
+        dtype_policy=dtype_policy(dev.type),
+        date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+    return model.cpu().eval(), metrics
+
+
 def train_or_load(
     task: str,
     seed: int = 0,
@@ -568,28 +605,7 @@ def train_or_load(
         model, metrics = loaded
         return TrainedRun(model, metrics, prof.model, prof, from_cache=True)
 
-    if dev.type == "cpu":
-        # one thread: CPU results are then identical whatever the core count (a reduction
-        # split over threads rounds differently); train_many runs in parallel instead
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            model, metrics = train(task, seed, prof, dev, progress=progress)
-        finally:
-            torch.set_num_threads(threads)
-    else:
-        model, metrics = train(task, seed, prof, dev, progress=progress)
-    test = make_split(task, seed, n_train=prof.n_train, n_test=prof.n_test).test[: prof.n_eval]
-    start = time.perf_counter()
-    metrics["accuracy"] = evaluate(model, test, batch_size=prof.eval_batch_size)
-    metrics["eval_seconds"] = time.perf_counter() - start
-    metrics.update(
-        n_test=len(test), task=task, seed=seed, key=key, profile=prof.name,
-        num_params=model.num_params(), config=prof.model.to_dict(), torch=torch.__version__,
-        dtype_policy=dtype_policy(dev.type),
-        date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    )
-    model = model.cpu().eval()
+    model, metrics = train_and_score(task, seed, prof, dev, key, progress)
     _commit(runs, key, model, metrics, prof)
     return TrainedRun(model, metrics, prof.model, prof, from_cache=False)
 
@@ -670,8 +686,17 @@ def train_many(
     device: str = "auto",
     cache_dir: str | Path | None = None,
     workers: int | None = None,
+    backend: str = "local",
+    address: str | None = None,
+    gpu_fraction: float | None = None,
 ) -> dict[tuple[str, int], TrainedRun]:
     """``train_or_load`` for every (task, seed), the missing CPU runs trained in parallel.
+
+    ``backend="local"`` (the default) trains here, as below; ``backend="ray"`` trains the missing
+    runs as Ray tasks, on a Ray instance started for the call or on the cluster at ``address``
+    (or $NOPELIB_RAY_ADDRESS), each task asking for one CPU, or ``gpu_fraction`` of a GPU
+    (``nopelib.distributed``). Either way a run has the same cache key and, on the CPU, the
+    same weights, and is committed to this process's cache.
 
     On the CPU, each run trains on one thread (see ``train_or_load``), so ``workers`` processes
     (default: one per core) train that many runs at once, and the results are identical to
@@ -685,6 +710,13 @@ def train_many(
     runs = list(dict.fromkeys((t, s) for t, s in runs))  # duplicates train once; order kept
     for task, _ in runs:
         get_task(task)
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r} is unknown; allowed: {BACKENDS}")
+    if backend == "ray":
+        from nopelib import distributed  # ray is imported only when asked for
+
+        return distributed.train_many_ray(runs, prof, device, cache_dir, address=address,
+                                          gpu_fraction=gpu_fraction, workers=workers)
     dev = resolve_device(device)
     root = resolve_cache_dir(cache_dir) / "runs"
     keys = {(t, s): run_key(t, s, prof, dev) for t, s in runs}

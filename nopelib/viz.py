@@ -357,8 +357,6 @@ def before_after_lines(
 DEFAULT_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 
 
-# --- issue 14: numbers for the chapters' Markdown ----------------------------------------------
-
 def glue_numbers(values: dict[str, object]) -> None:
     """``myst_nb.glue`` each value, numpy scalars as plain Python numbers, not displayed.
 
@@ -374,3 +372,37 @@ def glue_numbers(values: dict[str, object]) -> None:
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise TypeError(f"{name}={value!r} must be a number (int or float)")
         glue(name, value, display=False)
+
+
+def grid_adjacency(runs: pd.DataFrame, title: str = "") -> go.Figure:
+    """A trained grid's adjacency score per layer (mean over seeds), one panel per task, one
+    colour per configuration: after training solid, before training dotted.
+
+    ``runs`` is a grid summary's runs (``nopelib.grid.load_summary``): columns task, n_layer,
+    n_embd, adjacency_before and adjacency_after (lists, one score per layer).
+    """
+
+    tasks = list(dict.fromkeys(runs["task"]))
+    configs = sorted({(int(n), int(d)) for n, d in zip(runs["n_layer"], runs["n_embd"])})
+    fig = make_subplots(rows=1, cols=len(tasks), subplot_titles=tasks, shared_yaxes=True)
+    for col, task in enumerate(tasks, start=1):
+        for i, (n_layer, n_embd) in enumerate(configs):
+            sel = runs[(runs["task"] == task) & (runs["n_layer"] == n_layer)
+                       & (runs["n_embd"] == n_embd)]
+            name, colour = f"{n_layer} x {n_embd}", DEFAULT_COLOURS[i % len(DEFAULT_COLOURS)]
+            for column, dash, shown in (("adjacency_after", "solid", True),
+                                        ("adjacency_before", "dot", False)):
+                if sel.empty:
+                    continue
+                mean = np.mean(np.stack(sel[column].tolist()), axis=0)  # [n_layer + 1]
+                fig.add_trace(go.Scatter(x=list(range(n_layer + 1)), y=mean, mode="lines",
+                                         name=name, legendgroup=name,
+                                         line=dict(color=colour, dash=dash),
+                                         showlegend=shown and col == 1),
+                              row=1, col=col)
+    fig.add_hline(y=0.5, line_dash="dot")
+    fig.update_xaxes(title_text="layer")
+    fig.update_yaxes(range=[0.3, 1.02], title_text="adjacency score", col=1)
+    fig.update_layout(height=420, title=title or "adjacency score per layer: after training "
+                      "(solid), before (dotted)")
+    return fig

@@ -1,0 +1,258 @@
+"""Train a named grid (tasks x seeds x configurations) and write its summary.
+
+::
+
+    python -m nopelib.grid tiny --out /tmp/tiny.json                 # seconds, on a laptop
+    bash scripts/grid_gpu.sh       # paper-base: 4 tasks x 5 seeds, batched, on one GPU
+    python -m nopelib.grid paper --address auto --out book/results/grid_paper.json  # a Ray cluster
+
+``GRIDS`` names the grids. ``paper`` is the paper's trained grid: the four tasks, 5 seeds, and
+9 configurations (6, 12, 24 layers x 192, 384, 768 wide, 6 heads, the ``paper`` profile's
+training budget; 180 runs up to 170 M parameters). Every run goes through the run cache, so an
+interrupted grid resumes where it stopped. The summary (JSON, or CSV with the provenance as
+``#`` lines) has one row per run: exact match, the adjacency score at every layer before and
+after training (mean over ``n_inputs`` inputs of the task), the training time and device; and
+its provenance: command, git commit, machine, torch version, backend, wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from nopelib import analysis
+from nopelib.model import GPTConfig
+from nopelib.recipe import _git_commit
+from nopelib.tasks import TASKS
+from nopelib.train import BACKENDS, PROFILES, TrainProfile, train_many
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Runs of every task x seed x profile (one profile per model configuration)."""
+
+    name: str
+    tasks: tuple[str, ...]
+    seeds: tuple[int, ...]
+    profiles: tuple[TrainProfile, ...]
+    n_inputs: int = 64  # inputs per task whose adjacency scores are averaged
+
+    @property
+    def n_runs(self) -> int:
+        return len(self.tasks) * len(self.seeds) * len(self.profiles)
+
+
+def _sized(base: TrainProfile, n_layer: int, n_embd: int) -> TrainProfile:
+    """``base`` with another depth and width; the base configuration keeps ``base`` itself, so
+    its runs are the chapters' own."""
+    if (n_layer, n_embd) == (base.model.n_layer, base.model.n_embd):
+        return base
+    model = replace(base.model, n_layer=n_layer, n_embd=n_embd)
+    return replace(base, name=f"{base.name}-L{n_layer}-d{n_embd}", model=model)
+
+
+PAPER = PROFILES["paper"]
+# seconds on a laptop: the test suite's kind of tiny model
+TINY = replace(
+    PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
+    steps=30, batch_size=8, warmup_steps=5, n_train=256, n_test=64, n_eval=64,
+    eval_batch_size=64, log_every=10, seeds=(0, 1), task_budgets=(), curve_every=0, n_curve=64,
+)
+GRIDS: dict[str, Grid] = {
+    "paper": Grid("paper", tuple(TASKS), PAPER.seeds,
+                  tuple(_sized(PAPER, n_layer, n_embd) for n_layer in (6, 12, 24)
+                        for n_embd in (192, 384, 768))),
+    "paper-base": Grid("paper-base", tuple(TASKS), PAPER.seeds, (PAPER,)),
+    "cpu": Grid("cpu", tuple(TASKS), PROFILES["cpu"].seeds, (PROFILES["cpu"],)),
+    "tiny": Grid("tiny", ("addition", "reversal"), (0, 1), (TINY, replace(
+        TINY, name="tiny-L3", model=replace(TINY.model, n_layer=3))), n_inputs=16),
+}
+
+
+def get_grid(name: str | Grid) -> Grid:
+    if isinstance(name, Grid):
+        return name
+    if name not in GRIDS:
+        raise ValueError(f"grid={name!r} is unknown; allowed: {sorted(GRIDS)}")
+    return GRIDS[name]
+
+
+def _mean_scores(model: torch.nn.Module, texts: list[str]) -> list[float]:
+    return analysis.layer_scores(model, texts).mean(axis=0).round(6).tolist()  # [n_layer + 1]
+
+
+def run_grid(grid: str | Grid, device: str = "auto", backend: str = "local",
+             address: str | None = None, batched: bool = False, workers: int | None = None,
+             gpu_fraction: float | None = None) -> list[dict]:
+    """Train (or load) every run of ``grid``; one summary row per run."""
+    grid = get_grid(grid)
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r} is unknown; allowed: {BACKENDS}")
+    if batched and backend != "local":
+        raise ValueError("batched=True trains in this process: it needs backend='local'")
+    # a run trained by this call is dated after its start (train_many's pool workers commit
+    # their runs, which it then loads, so its from_cache cannot tell)
+    start = datetime.now(timezone.utc).replace(microsecond=0)
+    started = False
+    if backend == "ray":  # one Ray instance or connection for the whole grid
+        from nopelib import distributed
+
+        started = distributed.connect(address, workers)
+    try:
+        rows = _train_and_score(grid, device, backend, address, batched, workers,
+                                gpu_fraction, start)
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
+    return rows
+
+
+def _train_and_score(grid: Grid, device: str, backend: str, address: str | None,
+                     batched: bool, workers: int | None, gpu_fraction: float | None,
+                     start: datetime) -> list[dict]:
+    runs = [(t, s) for t in grid.tasks for s in grid.seeds]
+    inputs = {t: analysis.sample_inputs(t, grid.n_inputs, seed=0) for t in grid.tasks}
+    rows = []
+    for i, prof in enumerate(grid.profiles):
+        print(f"[{i + 1}/{len(grid.profiles)}] {prof.name}: {len(runs)} runs", flush=True)
+        if batched:
+            from nopelib.batched import train_many_batched
+
+            trained = train_many_batched(runs, prof, device)
+        else:
+            trained = train_many(runs, prof, device, workers=workers, backend=backend,
+                                 address=address, gpu_fraction=gpu_fraction)
+        for (task, seed), run in trained.items():
+            m, cfg = run.metrics, prof.model
+            before = analysis.random_model(cfg, seed)
+            rows.append({
+                "profile": run.profile.name, "n_layer": cfg.n_layer, "n_embd": cfg.n_embd,
+                "n_head": cfg.n_head, "num_params": m["num_params"], "task": task,
+                "seed": seed, "accuracy": m["accuracy"], "n_test": m["n_test"],
+                "final_loss": m["final_loss"], "train_seconds": m["train_seconds"],
+                "device": m["device"], "torch": m["torch"], "key": m["key"],
+                "from_cache": datetime.fromisoformat(m["date"]) < start,
+                "adjacency_before": _mean_scores(before, inputs[task]),
+                "adjacency_after": _mean_scores(run.model, inputs[task]),
+            })
+    return rows
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)  # a reader never sees half a file
+
+
+def write_summary(path: Path, provenance: dict, rows: list[dict]) -> None:
+    """JSON (``{"provenance", "runs"}``) or, for a ``.csv`` path, CSV with the provenance as
+    leading ``# key: value`` lines (values in JSON) and the per-layer scores as JSON lists."""
+    if path.suffix == ".csv":
+        out = io.StringIO()
+        out.writelines(f"# {k}: {json.dumps(v)}\n" for k, v in provenance.items())
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows({k: json.dumps(v) if isinstance(v, list) else v for k, v in r.items()}
+                         for r in rows)
+        _write_atomic(path, out.getvalue())
+    else:
+        _write_atomic(path, json.dumps({"provenance": provenance, "runs": rows}, indent=1))
+
+
+def load_summary(path: str | Path) -> tuple[dict, pd.DataFrame]:
+    """The provenance and the runs (one row each) of a summary that ``write_summary`` wrote;
+    ``adjacency_before``/``adjacency_after`` hold one score per layer (0 = embeddings)."""
+    path = Path(path)
+    if path.suffix == ".csv":
+        lines = path.read_text().splitlines()
+        head = [ln[2:].split(": ", 1) for ln in lines if ln.startswith("# ")]
+        provenance = {k: json.loads(v) for k, v in head}
+        runs = pd.read_csv(io.StringIO("\n".join(ln for ln in lines if not ln.startswith("#"))))
+        for col in ("adjacency_before", "adjacency_after"):
+            runs[col] = runs[col].map(json.loads)
+    else:
+        data = json.loads(path.read_text())
+        provenance, runs = data["provenance"], pd.DataFrame(data["runs"])
+    return provenance, runs
+
+
+def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per configuration and task: seeds, exact match and the adjacency score after the first
+    layer and at the last layer, before and after training, as mean and sample std over
+    seeds."""
+    df = runs.assign(
+        first_before=runs["adjacency_before"].map(lambda s: s[1]),
+        first_after=runs["adjacency_after"].map(lambda s: s[1]),
+        last_before=runs["adjacency_before"].map(lambda s: s[-1]),
+        last_after=runs["adjacency_after"].map(lambda s: s[-1]),
+    )
+    cols = ["accuracy", "first_before", "first_after", "last_before", "last_after"]
+    g = df.groupby(["n_layer", "n_embd", "task"], sort=True)
+    table = g[cols].agg(["mean", "std"]).round(3)
+    table.columns = [f"{c} {stat}" for c, stat in table.columns]
+    table.insert(0, "seeds", g.size())
+    return table
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m nopelib.grid",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("name", choices=sorted(GRIDS))
+    parser.add_argument("--out", type=Path, help="summary file, .json or .csv "
+                        "(default: grid_NAME.json here)")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--backend", choices=BACKENDS, default=None,
+                        help="default: ray with --address, else local")
+    parser.add_argument("--address", default=None, help="a Ray cluster ('auto', host:port)")
+    parser.add_argument("--batched", action="store_true",
+                        help="the seeds of a task as one batched model (a GPU)")
+    parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument("--gpu-fraction", type=float, default=None)
+    args = parser.parse_args(argv)
+    backend = args.backend or ("ray" if args.address else "local")
+    out = args.out or Path(f"grid_{args.name}.json")
+    grid = get_grid(args.name)
+    print(f"grid {grid.name}: {len(grid.tasks)} tasks x {len(grid.seeds)} seeds x "
+          f"{len(grid.profiles)} configurations = {grid.n_runs} runs ({backend})", flush=True)
+    start = time.perf_counter()
+    rows = run_grid(grid, args.device, backend, args.address, args.batched, args.workers,
+                    args.gpu_fraction)
+    wall = time.perf_counter() - start
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none here"
+    provenance = {
+        "command": "python -m nopelib.grid " + " ".join(argv if argv is not None
+                                                        else sys.argv[1:]),
+        "grid": grid.name, "commit": _git_commit(), "backend": backend,
+        "batched": args.batched,
+        "machine": f"{platform.node()}: {platform.processor() or platform.machine()}, "
+                   f"{os.cpu_count()} cores, GPU: {gpu}",
+        "devices": sorted({r["device"] for r in rows}), "torch": torch.__version__,
+        "wall_seconds": round(wall, 1), "trained": sum(not r["from_cache"] for r in rows),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    write_summary(out, provenance, rows)
+    acc = np.mean([r["accuracy"] for r in rows])
+    print(f"wrote {out}: {len(rows)} runs ({provenance['trained']} trained) in {wall:.1f} s; "
+          f"mean exact match {acc:.3f}")
+
+
+if __name__ == "__main__":
+    main()
