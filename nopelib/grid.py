@@ -104,9 +104,6 @@ def run_grid(grid: str | Grid, device: str = "auto", backend: str = "local",
         raise ValueError(f"backend={backend!r} is unknown; allowed: {BACKENDS}")
     if batched and backend != "local":
         raise ValueError("batched=True trains in this process: it needs backend='local'")
-    # a run trained by this call is dated after its start (train_many's pool workers commit
-    # their runs, which it then loads, so its from_cache cannot tell)
-    start = datetime.now(timezone.utc).replace(microsecond=0)
     started = False
     if backend == "ray":  # one Ray instance or connection for the whole grid
         from nopelib import distributed
@@ -114,7 +111,7 @@ def run_grid(grid: str | Grid, device: str = "auto", backend: str = "local",
         started = distributed.connect(address, workers)
     try:
         rows = _train_and_score(grid, device, backend, address, batched, workers,
-                                gpu_fraction, start)
+                                gpu_fraction)
     finally:
         if started:
             import ray
@@ -124,8 +121,8 @@ def run_grid(grid: str | Grid, device: str = "auto", backend: str = "local",
 
 
 def _train_and_score(grid: Grid, device: str, backend: str, address: str | None,
-                     batched: bool, workers: int | None, gpu_fraction: float | None,
-                     start: datetime) -> list[dict]:
+                     batched: bool, workers: int | None,
+                     gpu_fraction: float | None) -> list[dict]:
     runs = [(t, s) for t in grid.tasks for s in grid.seeds]
     inputs = {t: analysis.sample_inputs(t, grid.n_inputs, seed=0) for t in grid.tasks}
     rows = []
@@ -147,7 +144,7 @@ def _train_and_score(grid: Grid, device: str, backend: str, address: str | None,
                 "seed": seed, "accuracy": m["accuracy"], "n_test": m["n_test"],
                 "final_loss": m["final_loss"], "train_seconds": m["train_seconds"],
                 "device": m["device"], "torch": m["torch"], "key": m["key"],
-                "from_cache": datetime.fromisoformat(m["date"]) < start,
+                "from_cache": run.from_cache,
                 "adjacency_before": _mean_scores(before, inputs[task]),
                 "adjacency_after": _mean_scores(run.model, inputs[task]),
             })

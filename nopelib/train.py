@@ -721,9 +721,13 @@ def train_many(
     root = resolve_cache_dir(cache_dir) / "runs"
     keys = {(t, s): run_key(t, s, prof, dev) for t, s in runs}
     missing = [(t, s) for t, s in runs if _load(root / keys[t, s], keys[t, s], prof) is None]
-    # longest sequences first (a run's time grows with its task's length): the runs left for
-    # the end are the short ones, so workers idle less while the last run finishes
-    missing.sort(key=lambda run: -get_task(run[0]).max_input_len)
+    # the costliest runs first (a run's time grows with its steps, batch and task length): the
+    # runs left for the end are the short ones, so workers idle less while the last finishes
+    def cost(run: tuple[str, int]) -> int:
+        own = prof.for_task(run[0])
+        return own.steps * own.batch_size * get_task(run[0]).max_input_len
+
+    missing.sort(key=cost, reverse=True)
     n_workers = min(workers or os.cpu_count() or 1, len(missing))
     if dev.type == "cpu" and missing:
         hours = expected_cpu_seconds(prof) * math.ceil(len(missing) / n_workers) / 3600
@@ -733,4 +737,12 @@ def train_many(
                           "a GPU (device='cuda') or profile 'cpu' is faster", stacklevel=2)
     if dev.type == "cpu" and n_workers > 1:
         _train_in_pool(missing, prof, device, cache_dir, n_workers)
-    return {(t, s): train_or_load(t, s, prof, device=device, cache_dir=cache_dir) for t, s in runs}
+    done = {}
+    for t, s in runs:
+        # by the keys of the start: sources edited while the pool trained do not retrain here
+        loaded = _load(root / keys[t, s], keys[t, s], prof)
+        if loaded is None:  # one worker, an accelerator, or an entry that proved unusable
+            done[t, s] = train_or_load(t, s, prof, device=device, cache_dir=cache_dir)
+        else:
+            done[t, s] = TrainedRun(*loaded, prof.model, prof, from_cache=(t, s) not in missing)
+    return done

@@ -213,15 +213,17 @@ def test_train_many_in_parallel_matches_one_by_one(tmp_path):
     parallel = tr.train_many(runs, TINY, device="cpu", cache_dir=tmp_path / "a", workers=2)
     for task, seed in runs:
         alone = tr.train_or_load(task, seed, TINY, device="cpu", cache_dir=tmp_path / "b", progress=False)
-        assert not alone.from_cache and parallel[task, seed].from_cache
+        assert not alone.from_cache and not parallel[task, seed].from_cache
         assert _same(parallel[task, seed].model, alone.model)
         assert parallel[task, seed].metrics["accuracy"] == alone.metrics["accuracy"]
+    again = tr.train_many(runs, TINY, device="cpu", cache_dir=tmp_path / "a", workers=2)
+    assert all(again[run].from_cache for run in runs)
     with pytest.raises(ValueError, match="task='sort'"):
         tr.train_many([("sort", 0)], TINY, cache_dir=tmp_path / "c")
 
 
-def test_train_many_submits_the_longest_tasks_first(tmp_path, monkeypatch):
-    submitted = []
+def test_train_many_submits_the_costliest_runs_first(tmp_path, monkeypatch):
+    submitted, trained = [], []
 
     class Finished:
         def result(self):
@@ -243,15 +245,31 @@ def test_train_many_submits_the_longest_tasks_first(tmp_path, monkeypatch):
             return Finished()
 
         def shutdown(self, wait=True, cancel_futures=False):
-            pass
+            # the sources are edited as the pool finishes: the runs stay those of the start
+            monkeypatch.setattr(tr, "source_hash", lambda: "edited meanwhile")
+
+    real_train = tr.train
+
+    def counting_train(task, seed, *args, **kwargs):
+        trained.append((task, seed))
+        return real_train(task, seed, *args, **kwargs)
 
     monkeypatch.setattr(tr, "ProcessPoolExecutor", InlinePool)
+    monkeypatch.setattr(tr, "train", counting_train)
     runs = [("addition", 0), ("reversal", 0), ("ordering", 0), ("indexing", 0), ("addition", 1)]
     done = tr.train_many(runs + [("reversal", 0), ("addition", 1)], TINY, device="cpu", cache_dir=tmp_path,
                          workers=2)  # duplicates are trained once
     lengths = [get_task(task).max_input_len for task, _ in submitted]
     assert sorted(submitted) == sorted(runs) and lengths == sorted(lengths, reverse=True)
     assert submitted[0] == ("reversal", 0) and set(done) == set(runs)
+    assert sorted(trained) == sorted(runs) and not any(r.from_cache for r in done.values())
+    # a task's own budget counts: ten times the steps put addition first
+    submitted.clear()
+    monkeypatch.undo()
+    monkeypatch.setattr(tr, "ProcessPoolExecutor", InlinePool)
+    long_addition = replace(TINY, task_budgets=(("addition", TINY.steps * 10),))
+    tr.train_many(runs, long_addition, device="cpu", cache_dir=tmp_path / "b", workers=2)
+    assert [task for task, _ in submitted[:2]] == ["addition", "addition"]
 
 
 def test_exception_mid_training_leaves_nothing(tmp_path, monkeypatch):
