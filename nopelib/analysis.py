@@ -9,6 +9,7 @@ short. Every study builds freshly initialised models with ``random_model``.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections import defaultdict
@@ -306,3 +307,42 @@ def slider_frames(
         for layer, (m, s) in enumerate(zip(mats, adjacency_score(mats))):
             matrices[std, layer], scores[std, layer] = m, float(s)
     return matrices, scores
+
+
+# ---------------------------------------------------------------------------------------------
+# tolerances from the spread over seeds
+
+
+def student_t_quantile(q: float, df: int) -> float:
+    """The q quantile (0.5 < q < 1) of Student's t with df degrees of freedom, by bisection on
+    its CDF, 1/2 + the integral of the density from 0 (Simpson's rule on 4001 points)."""
+    if not 0.5 < q < 1:
+        raise ValueError(f"q={q!r} must lie in (0.5, 1)")
+    if not (isinstance(df, (int, np.integer)) and df >= 1):
+        raise ValueError(f"df={df!r} must be a positive integer")
+    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+
+    def cdf(t: float) -> float:
+        x = np.linspace(0.0, t, 4001)
+        f = np.exp(log_c - (df + 1) / 2 * np.log1p(x**2 / df))
+        h = t / 4000
+        return 0.5 + h / 3 * (f[0] + f[-1] + 4 * f[1:-1:2].sum() + 2 * f[2:-1:2].sum())
+
+    lo, hi = 0.0, 1.0
+    while cdf(hi) < q:
+        hi *= 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < q else (lo, mid)
+    return (lo + hi) / 2
+
+
+def seed_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
+    """Mean of per-seed values and two half-widths from their spread (Student t, n - 1 df):
+    (mean, t sd / sqrt(n) for the mean, t sd sqrt(1 + 1/n) for one new seed's value)."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.ndim != 1 or x.size < 2:
+        raise ValueError(f"values must hold >= 2 per-seed values; got shape {x.shape}")
+    t = student_t_quantile(0.5 + level / 2, x.size - 1)
+    sd = float(x.std(ddof=1))
+    return float(x.mean()), t * sd / math.sqrt(x.size), t * sd * math.sqrt(1 + 1 / x.size)

@@ -3,6 +3,8 @@ agreement with the plain paths."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -165,3 +167,15 @@ def test_length_scores_many_sequences_and_iid_control() -> None:
     got = frame[(frame.seed == 1) & (frame.seq == 1) & (frame.length == 30)]
     np.testing.assert_allclose(got.sort_values("layer").score, adjacency_score(C), atol=1e-6)
     assert length_tokens(40, 0) == encode_inputs([long_sequence(40, 0)])[0][0].tolist()
+
+
+def test_student_t_quantile_and_seed_interval() -> None:
+    from nopelib.analysis import seed_interval, student_t_quantile
+    assert student_t_quantile(0.975, 1) == pytest.approx(12.706, abs=2e-3)
+    assert student_t_quantile(0.975, 2) == pytest.approx(4.303, abs=1e-3)
+    assert student_t_quantile(0.975, 1000) == pytest.approx(1.962, abs=1e-3)
+    mean, h_mean, h_new = seed_interval([1.0, 2.0, 3.0])
+    assert mean == 2.0 and h_mean == pytest.approx(4.303 / math.sqrt(3), abs=1e-3)
+    assert h_new == pytest.approx(4.303 * math.sqrt(4 / 3), abs=1e-3)
+    with pytest.raises(ValueError, match="values"):
+        seed_interval([1.0])
