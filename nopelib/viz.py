@@ -405,4 +405,42 @@ def grid_adjacency(runs: pd.DataFrame, title: str = "") -> go.Figure:
     fig.update_yaxes(range=[0.3, 1.02], title_text="adjacency score", col=1)
     fig.update_layout(height=420, title=title or "adjacency score per layer: after training "
                       "(solid), before (dotted)")
+
+
+# ---------------------------------------------------------------------------------------------
+# random-initialisation chapter: the closed-form prediction beside the measurements
+
+
+def predicted_vs_measured(table: pd.DataFrame, title: str) -> go.Figure:
+    """Measured layer-1 score (mean ± the tolerance's half-width) against the closed-form
+    prediction, one point per configuration; ``table`` has columns ``config``, ``predicted``,
+    ``measured``, ``tolerance``. The diagonal is perfect prediction; 0.8 is the paper's floor."""
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=table.predicted, y=table.measured, mode="markers+text",
+                             text=table.config, textposition="top left", name="configuration",
+                             error_y=dict(type="data", array=table.tolerance, visible=True)))
+    fig.add_trace(go.Scatter(x=[0.45, 1.0], y=[0.45, 1.0], mode="lines",
+                             name="measured = predicted", line=dict(dash="dash", color="grey")))
+    fig.add_hline(y=0.8, line_dash="dot", annotation_text="paper's floor (0.8)")
+    fig.update_layout(title=title, xaxis_title="predicted layer-1 score (closed form)",
+                      yaxis_title="measured layer-1 score", height=480)
+    return fig
+
+
+def length_study(lengths: Sequence[int], measured: dict[str, tuple[np.ndarray, np.ndarray]],
+                 predicted: dict[str, np.ndarray], title: str) -> go.Figure:
+    """Adjacency score against sequence length (log axis): measured series (mean ± std over
+    sequences) as solid lines, predicted ones as dashed lines."""
+    fig = go.Figure()
+    for name, (mean, std) in measured.items():
+        fig.add_trace(go.Scatter(x=list(lengths), y=np.asarray(mean), name=name,
+                                 mode="lines+markers",
+                                 error_y=dict(type="data", array=np.asarray(std), visible=True)))
+    for name, values in predicted.items():
+        fig.add_trace(go.Scatter(x=list(lengths), y=np.asarray(values), name=name,
+                                 mode="lines", line=dict(dash="dash")))
+    fig.add_hline(y=0.5, line_dash="dot", annotation_text="random order (0.5)")
+    fig.update_xaxes(type="log", title="sequence length (tokens)")
+    fig.update_layout(title=title, yaxis_title="adjacency score", yaxis_range=[0.3, 1.02],
+                      height=440)
     return fig

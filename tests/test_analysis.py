@@ -3,6 +3,8 @@ agreement with the plain paths."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -135,3 +137,45 @@ def test_slider_frames_match_similarity_matrices() -> None:
     mats = similarity_matrices(random_model(TINY, seed=0, init_std=0.2), text)
     np.testing.assert_allclose(frames[0.2, 1], mats[1])
     assert scores[0.2, 1] == pytest.approx(float(adjacency_score(mats[1])))
+
+
+def test_adjacency_score_with_diagonal_matches_its_definition() -> None:
+    from nopelib.analysis import adjacency_score_with_diagonal
+    rng = np.random.default_rng(0)
+    C = rng.normal(size=(3, 9, 9))
+    C[:, range(9), range(9)] = 1.0
+    C[0, 5, 2] = 1.0  # a tie with the diagonal counts as not in order
+    expected = []
+    for mat in C:  # 1-based row k: pairs i < j <= k, the diagonal included, over C(k, 2)
+        rows = [sum(mat[k - 1, i] < mat[k - 1, j] for j in range(k) for i in range(j))
+                / (k * (k - 1) / 2) for k in range(2, 10)]
+        expected.append(np.mean(rows))
+    np.testing.assert_allclose(adjacency_score_with_diagonal(C), expected)
+    assert adjacency_score_with_diagonal(np.eye(5)) > 0.5 == adjacency_score(np.eye(5)) * 0 + 0.5
+
+
+def test_length_scores_many_sequences_and_iid_control() -> None:
+    from nopelib.analysis import length_tokens
+    frame, _ = length_scores([8, 30], [0, 1], base=TINY, n_seqs=2, vocab_size=500)
+    assert len(frame) == 2 * 2 * 2 * (TINY.n_layer + 1)
+    assert sorted(frame.seq.unique()) == [0, 1]
+    tokens = length_tokens(30, 3, vocab_size=500)  # seed 1, sequence 1
+    assert max(tokens) < 500 and tokens != length_tokens(30, 2, vocab_size=500)
+    model = random_model(TINY, seed=1, block_size=30, vocab_size=500)
+    with torch.no_grad():
+        C = cosine_similarity_matrix(model.hidden_states(torch.tensor([tokens]))[:, 0])
+    got = frame[(frame.seed == 1) & (frame.seq == 1) & (frame.length == 30)]
+    np.testing.assert_allclose(got.sort_values("layer").score, adjacency_score(C), atol=1e-6)
+    assert length_tokens(40, 0) == encode_inputs([long_sequence(40, 0)])[0][0].tolist()
+
+
+def test_student_t_quantile_and_seed_interval() -> None:
+    from nopelib.analysis import seed_interval, student_t_quantile
+    assert student_t_quantile(0.975, 1) == pytest.approx(12.706, abs=2e-3)
+    assert student_t_quantile(0.975, 2) == pytest.approx(4.303, abs=1e-3)
+    assert student_t_quantile(0.975, 1000) == pytest.approx(1.962, abs=1e-3)
+    mean, h_mean, h_new = seed_interval([1.0, 2.0, 3.0])
+    assert mean == 2.0 and h_mean == pytest.approx(4.303 / math.sqrt(3), abs=1e-3)
+    assert h_new == pytest.approx(4.303 * math.sqrt(4 / 3), abs=1e-3)
+    with pytest.raises(ValueError, match="values"):
+        seed_interval([1.0])

@@ -238,3 +238,90 @@ def test_threshold_study_small():
     assert s2 / s1 == pytest.approx(math.sqrt(2 / 4), rel=0.25)
     small, large = (df[df["sigma"] == s].groupby("n_layer")["ea"].mean() for s in (1e-3, 1.0))
     assert np.all(small > large)
+
+
+# ---------------------------------------------------------------------------------------------
+# the closed-form prediction for any configuration
+
+
+def test_closed_form_value_scale_matches_the_measured_one() -> None:
+    """s_inf from the init alone against the value vectors of real random models."""
+    from nopelib.model import GPTConfig
+    for L, d in ((2, 192), (8, 96)):
+        cfg = GPTConfig(n_layer=L, n_head=6, n_embd=d, init_std=0.2)
+        idx = torch.randint(0, cfg.vocab_size, (4, 16), generator=torch.Generator().manual_seed(0))
+        measured = np.mean([th.measure_value_scale(random_model(cfg, seed=s), idx)
+                            for s in range(3)])
+        assert th.closed_form_value_scale(cfg) == pytest.approx(measured, rel=0.1)
+
+
+def test_closed_form_ratio_formula() -> None:
+    from nopelib.model import GPTConfig
+    cfg = GPTConfig(n_layer=12, n_embd=192)
+    assert th.closed_form_ratio(cfg, eps=0.0) == pytest.approx(
+        0.02 * math.sqrt(24) / (0.02 * 0.02 * 192))
+    all_cfg = GPTConfig(n_layer=6, n_embd=384, init_target="all", init_std=0.01)
+    assert th.closed_form_ratio(all_cfg, eps=0.0) == pytest.approx(math.sqrt(12) / (0.01 * 384))
+
+
+def test_comparison_probabilities_reduce_to_predicted_row_scores() -> None:
+    tokens = [3, 1, 4, 1, 5, 9, 2, 6]
+    K = th.residual_gram(tokens, 0.7)
+    idx = th._triples(len(tokens))
+    p = th.comparison_probabilities(K, idx, 64)
+    rows = np.bincount(idx[:, 0], weights=p, minlength=8)[2:]
+    rows /= np.arange(2, 8) * np.arange(1, 7) / 2
+    np.testing.assert_allclose(rows, th.predicted_row_scores(tokens, 0.7, 64)[2:])
+
+
+@pytest.mark.parametrize("common", [0.0, 30.0])
+def test_comparison_probabilities_match_gaussian_monte_carlo(common: float) -> None:
+    """States m + z with z Gaussian of covariance K/d per coordinate and a shared vector m."""
+    T, d, n, rho = 7, 256, 6000, 0.6
+    K = th.residual_gram(list(range(T)), rho)
+    rng = np.random.default_rng(0)
+    z = np.einsum("ts,nsd->ntd", np.linalg.cholesky(K), rng.normal(size=(n, T, d))) / math.sqrt(d)
+    m = rng.normal(size=d)
+    x = z + m * math.sqrt(common) / np.linalg.norm(m)  # [n, T, d]
+    x /= np.linalg.norm(x, axis=-1, keepdims=True)
+    C = np.einsum("ntd,nsd->nts", x, x)
+    triples = np.array([(6, 0, 5), (6, 3, 4), (4, 1, 2), (5, 0, 1)])
+    empirical = np.array([(C[:, k, j] > C[:, k, i]).mean() for k, i, j in triples])
+    predicted = th.comparison_probabilities(K, triples, d, common)
+    np.testing.assert_allclose(predicted, empirical, atol=0.03)
+    assert not np.allclose(th.comparison_probabilities(K, triples, d, 0.0 if common else 30.0),
+                           empirical, atol=0.03)
+
+
+def test_sample_triples_are_comparisons_and_estimate_the_score() -> None:
+    t = th.sample_triples(30, 5000, seed=1)
+    assert t.shape == (5000, 3) and np.all((t[:, 1] < t[:, 2]) & (t[:, 2] < t[:, 0]))
+    assert t[:, 0].min() == 2 and t[:, 0].max() == 29
+    from nopelib.model import GPTConfig
+    seq = [list(range(30))]  # C(30, 3) = 4060 comparisons
+    exact = th.predict_config_score(GPTConfig(), seq)
+    sampled = th.predict_config_score(GPTConfig(), seq, max_triples=3000)
+    assert sampled == pytest.approx(exact, abs=0.02) and sampled != exact
+
+
+def test_predict_config_score_follows_width_depth_and_mean() -> None:
+    from nopelib.model import GPTConfig
+    seqs = [list(range(20)), [5, 2, 7, 2, 9, 1, 3, 5, 8, 0, 4, 6]]
+    score = {(L, d): th.predict_config_score(GPTConfig(n_layer=L, n_embd=d), seqs)
+             for L in (6, 24) for d in (192, 768)}
+    assert score[6, 768] > score[6, 192] and score[6, 192] > score[24, 192]
+    assert score[6, 768] > 0.9 and 0.45 < score[24, 192] < 0.6
+    shifted = th.predict_config_score(GPTConfig(init_mean=4.0), seqs)
+    assert shifted != th.predict_config_score(GPTConfig(), seqs)
+
+
+def test_predict_config_score_refuses_what_it_does_not_model() -> None:
+    from nopelib.model import GPTConfig
+    with pytest.raises(ValueError, match="init_mean"):
+        th.predict_config_score(GPTConfig(init_target="all", init_mean=1.0), [[1, 2, 3]])
+    with pytest.raises(ValueError, match="uniform"):
+        th.predict_config_score(GPTConfig(init_target="all", init_std=0.2), [[1, 2, 3]])
+    with pytest.raises(ValueError, match="length"):
+        th.predict_config_score(GPTConfig(), [[1, 2]])
+    with pytest.raises(ValueError, match="at least one"):
+        th.predict_config_score(GPTConfig(), [])

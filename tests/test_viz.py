@@ -57,3 +57,17 @@ def test_glue_numbers_stores_plain_python_numbers(monkeypatch):
     assert type(stored["x"]) is float and type(stored["n"]) is int
     with pytest.raises(TypeError, match="s='a'"):
         viz.glue_numbers({"s": "a"})
+
+
+def test_random_init_figures_hold_their_series():
+    import pandas as pd
+
+    from nopelib.viz import length_study, predicted_vs_measured
+    table = pd.DataFrame({"config": ["6 × 192", "6 × 768"], "predicted": [0.6, 0.97],
+                          "measured": [0.57, 0.93], "tolerance": [0.02, 0.01]})
+    fig = predicted_vs_measured(table, "t")
+    assert list(fig.data[0].y) == [0.57, 0.93] and list(fig.data[0].error_y.array) == [0.02, 0.01]
+    fig = length_study([32, 64], {"a": (np.array([0.7, 0.6]), np.array([0.1, 0.1]))},
+                       {"a predicted": np.array([0.72, 0.65])}, "t")
+    assert [t.name for t in fig.data] == ["a", "a predicted"]
+    assert fig.data[1].line.dash == "dash" and fig.layout.xaxis.type == "log"
