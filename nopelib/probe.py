@@ -81,8 +81,8 @@ class RidgeConfig:
     n_random: int = 256  # random GELU units added to the standardised features
     # ridge penalties tried, in units of the number of fitting tokens; the best on validation is kept
     penalties: tuple[float, ...] = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
-    val_frac: float = 0.2  # fraction of the training sequences held out to choose the penalty
-    test_frac: float = 0.3  # fraction of all sequences held out for the test metrics
+    val_frac: float = 0.15  # fraction of the training sequences held out to choose the penalty
+    test_frac: float = 0.2  # fraction of all sequences held out for the test metrics
 
     def __post_init__(self) -> None:
         if not isinstance(self.n_random, int) or isinstance(self.n_random, bool) \
