@@ -14,12 +14,18 @@ leak k: the number of padded slots is w - k, and a constant pad value (or one dr
 distribution than the real slots) lets the probe count them. The diagonal cos(h_k, h_k) = 1 is
 left out for the same reason as a row of a padded similarity matrix would be: its index is k.
 
-The probe is a 4-layer MLP (three hidden layers of ``width`` GELU units and a linear output),
-trained full-batch with Adam on the mean squared error of the standardised position, with early
-stopping on a validation split of the training *sequences*. Train, validation and test are split
-by sequence, never by token, because tokens of one sequence share their history and would let a
-probe memorise a sequence instead of reading position. Features are standardised with
-training-split statistics only.
+Two probes read position from a feature set. The paper's is a 4-layer MLP (``ProbeConfig``:
+three hidden layers of ``width`` GELU units and a linear output, trained full-batch with Adam on
+the mean squared error of the standardised position, early-stopped on a validation split). The
+default here is a random-feature ridge probe (``RidgeConfig``): the standardised features and
+``n_random`` fixed random GELU units of them feed a ridge regression solved in closed form, with
+the penalty chosen on the validation split, the closed-form counterpart of early stopping. It is
+a one-hidden-layer network whose hidden layer is drawn instead of trained, so it can use ten
+times the tokens of the MLP at a fraction of its cost.
+
+Train, validation and test are split by sequence, never by token, because tokens of one sequence
+share their history and would let a probe memorise a sequence instead of reading position.
+Features are standardised with training-split statistics only.
 """
 
 from __future__ import annotations
@@ -37,7 +43,8 @@ import torch.nn.functional as F
 
 from nopelib.metrics import embedding_variance, nrmse, pearson_r
 from nopelib.model import GPT
-from nopelib.tasks import encode
+from nopelib.tasks import encode, encode_batch, make_split
+from nopelib.train import TrainProfile, get_profile
 
 FEATURE_SETS = ("cosine", "variance", "hidden")
 
@@ -68,16 +75,39 @@ class ProbeConfig:
 
 
 @dataclass(frozen=True)
+class RidgeConfig:
+    """The random-feature ridge probe: fixed random GELU units, penalty chosen on validation."""
+
+    n_random: int = 256  # random GELU units added to the standardised features
+    # ridge penalties tried, in units of the number of fitting tokens; the best on validation is kept
+    penalties: tuple[float, ...] = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
+    val_frac: float = 0.15  # fraction of the training sequences held out to choose the penalty
+    test_frac: float = 0.2  # fraction of all sequences held out for the test metrics
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.n_random, int) or isinstance(self.n_random, bool) \
+                or self.n_random < 0:
+            raise ValueError(f"n_random={self.n_random!r} must be an integer >= 0")
+        if not self.penalties or not all(
+                isinstance(p, numbers.Real) and p > 0 for p in self.penalties):
+            raise ValueError(f"penalties={self.penalties!r} must be positive numbers (at least one)")
+        for name in ("val_frac", "test_frac"):
+            value = getattr(self, name)
+            if not 0.0 < value < 1.0:
+                raise ValueError(f"{name}={value!r} must be in (0, 1)")
+
+
+@dataclass(frozen=True)
 class ProbeResult:
     """Test-set outcome of one probe."""
 
     nrmse: float  # RMSE / std of the true test positions: 1.0 = predicting the mean
     r: float  # Pearson correlation of predicted and true test positions
-    pred: np.ndarray  # predicted positions of the test tokens [n_test_seq * S]
-    true: np.ndarray  # true positions of the test tokens [n_test_seq * S]
+    pred: np.ndarray  # predicted positions of the probed test tokens [n_test_tokens]
+    true: np.ndarray  # true positions of the probed test tokens [n_test_tokens]
     test_sequences: np.ndarray  # indices of the test sequences
     train_sequences: np.ndarray  # indices of the sequences used for fitting and validation
-    steps: int  # Adam step of the kept (best-validation) weights
+    selected: float  # MLP: Adam step of the kept weights; ridge: the chosen penalty
 
 
 def _is_count(value: object) -> bool:
@@ -198,20 +228,114 @@ def _mlp(n_in: int, width: int) -> nn.Sequential:
     )
 
 
+def _token_splits(
+    x: torch.Tensor, pos: np.ndarray, valid: np.ndarray, seed: int, val_frac: float,
+    test_frac: float, shuffle_targets: bool,
+) -> dict[str, object]:
+    """Sequence-level fit/validation/test splits of the valid tokens, standardised with the
+    training (fit + validation) statistics; targets standardised with the fit statistics."""
+    N = x.shape[0]
+    train_seq, test_seq = split_sequences(N, test_frac, seed)
+    fit_local, val_local = split_sequences(len(train_seq), val_frac, seed + 1)
+    fit_seq, val_seq = train_seq[fit_local], train_seq[val_local]
+    y = torch.as_tensor(pos, dtype=torch.float32)  # [N, S]
+    m = torch.as_tensor(valid)  # [N, S] bool
+    parts = {}
+    for name, seqs in (("fit", fit_seq), ("val", val_seq), ("test", test_seq)):
+        keep = m[seqs]  # [n, S]
+        parts[name] = (x[seqs][keep], y[seqs][keep])  # [n_tok, F], [n_tok]
+        if len(parts[name][1]) < 2:
+            raise ValueError(f"the {name} split holds {len(parts[name][1])} probed tokens; "
+                             f"need more sequences or longer ones")
+    (x_fit, y_fit), (x_val, y_val), (x_test, y_test) = parts["fit"], parts["val"], parts["test"]
+    if shuffle_targets:
+        g = torch.Generator().manual_seed(seed + 2)
+        y_fit = y_fit[torch.randperm(len(y_fit), generator=g)]
+        y_val = y_val[torch.randperm(len(y_val), generator=g)]
+    train_x = torch.cat([x_fit, x_val])  # statistics of the training sequences only
+    mu, sd = train_x.mean(0), train_x.std(0).clamp_min(1e-8)  # [F]
+    y_mu, y_sd = y_fit.mean(), y_fit.std().clamp_min(1e-8)
+    return dict(x_fit=(x_fit - mu) / sd, x_val=(x_val - mu) / sd, x_test=(x_test - mu) / sd,
+                t_fit=(y_fit - y_mu) / y_sd, t_val=(y_val - y_mu) / y_sd, y_test=y_test,
+                y_mu=y_mu, y_sd=y_sd, train_seq=train_seq, test_seq=test_seq)
+
+
+def _fit_mlp(d: dict, seed: int, config: ProbeConfig) -> tuple[torch.Tensor, float]:
+    """Standardised test predictions [n_test] of the early-stopped MLP and its kept step."""
+    torch.manual_seed(seed)
+    net = _mlp(d["x_fit"].shape[-1], config.width)
+    opt = torch.optim.Adam(net.parameters(), lr=config.lr)
+    best, best_state, best_step, bad = float("inf"), copy.deepcopy(net.state_dict()), 0, 0
+    for step in range(1, config.max_steps + 1):
+        loss = F.mse_loss(net(d["x_fit"]).squeeze(-1), d["t_fit"])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step % config.eval_every == 0:
+            with torch.no_grad():
+                val = F.mse_loss(net(d["x_val"]).squeeze(-1), d["t_val"]).item()
+            if val < best:
+                best, best_state, best_step, bad = val, copy.deepcopy(net.state_dict()), step, 0
+            else:
+                bad += 1
+                if bad >= config.patience:
+                    break
+    net.load_state_dict(best_state)
+    with torch.no_grad():
+        return net(d["x_test"]).squeeze(-1), float(best_step)
+
+
+def _ridge_design(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The features and the random GELU units of them: [n, F] -> [n, F + n_random]."""
+    return torch.cat([x, F.gelu(x @ w + b)], dim=-1)
+
+
+def _fit_ridge(d: dict, seed: int, config: RidgeConfig) -> tuple[torch.Tensor, float]:
+    """Standardised test predictions [n_test] of the ridge probe and its chosen penalty."""
+    n_in = d["x_fit"].shape[-1]
+    g = torch.Generator().manual_seed(seed)
+    # unit-variance pre-activations for standardised inputs, offsets spread over the GELU bend
+    w = torch.randn(n_in, config.n_random, generator=g) / n_in ** 0.5  # [F, m]
+    b = torch.randn(config.n_random, generator=g)  # [m]
+    phi_fit = _ridge_design(d["x_fit"], w, b)  # [n_fit, p]
+    mu = phi_fit.mean(0)  # [p]
+    sd = phi_fit.std(0).clamp_min(1e-8)  # [p]
+    phi_fit = (phi_fit - mu) / sd
+    phi_val = (_ridge_design(d["x_val"], w, b) - mu) / sd  # [n_val, p]
+    phi_test = (_ridge_design(d["x_test"], w, b) - mu) / sd  # [n_test, p]
+    t_fit = d["t_fit"] - d["t_fit"].mean()  # [n_fit] centred: the intercept is its mean
+    gram = (phi_fit.T @ phi_fit).double()  # [p, p]
+    evals, evecs = torch.linalg.eigh(gram)  # [p], [p, p]
+    proj = evecs.T @ (phi_fit.T @ t_fit).double()  # [p]
+    lam = torch.tensor(config.penalties, dtype=torch.float64) * len(t_fit)  # [n_pen]
+    betas = evecs @ (proj[:, None] / (evals.clamp_min(0)[:, None] + lam[None, :]))  # [p, n_pen]
+    betas = betas.float()
+    offset = d["t_fit"].mean()
+    val_mse = ((phi_val @ betas + offset - d["t_val"][:, None]) ** 2).mean(0)  # [n_pen]
+    best = int(val_mse.argmin())
+    return phi_test @ betas[:, best] + offset, float(config.penalties[best])
+
+
 def fit_probe(
     feats: torch.Tensor | np.ndarray,
     positions: np.ndarray,
     seed: int = 0,
-    config: ProbeConfig = ProbeConfig(),
+    config: ProbeConfig | RidgeConfig = RidgeConfig(),
     shuffle_targets: bool = False,
+    valid: np.ndarray | None = None,
 ) -> ProbeResult:
-    """Train a probe on ``feats`` [N, S, F] (N sequences, S probed positions) to predict
+    """Fit a probe on ``feats`` [N, S, F] (N sequences, S probed positions) to predict
     ``positions`` [S] (or [N, S]); return its test metrics.
 
-    ``seed`` fixes the split, the initialisation and (with ``shuffle_targets``) the permutation.
-    ``shuffle_targets`` is the control: the training and validation targets are permuted across
-    tokens, so no feature-target relation is left to learn; the test targets stay true.
+    ``valid`` [N, S] (bool) marks the tokens that exist (sequences of different lengths); the
+    others are neither fitted nor scored. ``seed`` fixes the split, the probe's randomness and
+    (with ``shuffle_targets``) the permutation. ``shuffle_targets`` is the control: the training
+    and validation targets are permuted across tokens, so no feature-target relation is left to
+    learn; the test targets stay true. ``config`` picks the probe: ``RidgeConfig`` (default) or
+    the paper's MLP, ``ProbeConfig``.
     """
+    if not isinstance(config, (ProbeConfig, RidgeConfig)):
+        raise ValueError(f"config={config!r} must be a ProbeConfig or a RidgeConfig")
     x = torch.as_tensor(feats, dtype=torch.float32)
     if x.dim() != 3:
         raise ValueError(f"feats must have shape [N, S, F]; got {tuple(x.shape)}")
@@ -222,51 +346,22 @@ def fit_probe(
     if pos.shape != (N, S):
         raise ValueError(f"positions must have shape [S]=({S},) or [N, S]=({N}, {S}); "
                          f"got {pos.shape}")
-    y = torch.as_tensor(np.ascontiguousarray(pos), dtype=torch.float32)  # [N, S]
-
-    train_seq, test_seq = split_sequences(N, config.test_frac, seed)
-    fit_local, val_local = split_sequences(len(train_seq), config.val_frac, seed + 1)
-    fit_seq, val_seq = train_seq[fit_local], train_seq[val_local]
-
-    # [n*S, F] each
-    x_fit, x_val, x_test = (x[s].reshape(-1, x.shape[-1]) for s in (fit_seq, val_seq, test_seq))
-    y_fit, y_val, y_test = (y[s].reshape(-1) for s in (fit_seq, val_seq, test_seq))  # [n*S]
-    if shuffle_targets:
-        g = torch.Generator().manual_seed(seed + 2)
-        y_fit = y_fit[torch.randperm(len(y_fit), generator=g)]
-        y_val = y_val[torch.randperm(len(y_val), generator=g)]
-
-    train_x = torch.cat([x_fit, x_val])  # statistics of the training sequences only
-    mu, sd = train_x.mean(0), train_x.std(0).clamp_min(1e-8)  # [F]
-    y_mu, y_sd = y_fit.mean(), y_fit.std().clamp_min(1e-8)
-    x_fit, x_val, x_test = ((t - mu) / sd for t in (x_fit, x_val, x_test))
-    t_fit, t_val = (y_fit - y_mu) / y_sd, (y_val - y_mu) / y_sd
-
-    with _one_thread(), torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        net = _mlp(x.shape[-1], config.width)
-        opt = torch.optim.Adam(net.parameters(), lr=config.lr)
-        best, best_state, best_step, bad = float("inf"), copy.deepcopy(net.state_dict()), 0, 0
-        for step in range(1, config.max_steps + 1):
-            loss = F.mse_loss(net(x_fit).squeeze(-1), t_fit)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            if step % config.eval_every == 0:
-                with torch.no_grad():
-                    val = F.mse_loss(net(x_val).squeeze(-1), t_val).item()
-                if val < best:
-                    best, best_state, best_step, bad = val, copy.deepcopy(net.state_dict()), step, 0
-                else:
-                    bad += 1
-                    if bad >= config.patience:
-                        break
-        net.load_state_dict(best_state)
-        with torch.no_grad():
-            pred = (net(x_test).squeeze(-1) * y_sd + y_mu).numpy().astype(np.float64)  # [n_test*S]
-    true = y_test.numpy().astype(np.float64)
-    return ProbeResult(nrmse(pred, true), pearson_r(pred, true), pred, true, test_seq, train_seq,
-                       best_step)
+    keep = np.ones((N, S), dtype=bool) if valid is None else np.asarray(valid)
+    if keep.shape != (N, S) or keep.dtype != bool:
+        raise ValueError(f"valid must be a bool array of shape [N, S]=({N}, {S}); "
+                         f"got {keep.dtype} {keep.shape}")
+    d = _token_splits(x, np.ascontiguousarray(pos), keep, seed, config.val_frac,
+                      config.test_frac, shuffle_targets)
+    with _one_thread(), torch.random.fork_rng(devices=[]), torch.no_grad():
+        if isinstance(config, RidgeConfig):
+            t_pred, selected = _fit_ridge(d, seed, config)
+        else:
+            with torch.enable_grad():
+                t_pred, selected = _fit_mlp(d, seed, config)
+    pred = (t_pred * d["y_sd"] + d["y_mu"]).numpy().astype(np.float64)  # [n_test]
+    true = d["y_test"].numpy().astype(np.float64)
+    return ProbeResult(nrmse(pred, true), pearson_r(pred, true), pred, true, d["test_seq"],
+                       d["train_seq"], selected)
 
 
 def probe_layers(
@@ -275,23 +370,77 @@ def probe_layers(
     seeds: list[int] | tuple[int, ...] = (0, 1, 2),
     kinds: tuple[str, ...] = FEATURE_SETS,
     layers: list[int] | None = None,
-    config: ProbeConfig = ProbeConfig(),
+    config: ProbeConfig | RidgeConfig = RidgeConfig(),
     shuffle_targets: bool = False,
+    lengths: np.ndarray | None = None,
 ) -> pd.DataFrame:
     """Probe every layer of ``states`` [L+1, N, T, d] with every feature set and probe seed.
 
+    ``lengths`` [N] gives each sequence's real length (right padding after it is not probed).
     Returns one row per (layer, features, seed) with columns nrmse and r."""
     if states.dim() != 4:
         raise ValueError(f"states must have shape [L+1, N, T, d]; got {tuple(states.shape)}")
-    positions = window_positions(states.shape[2], w)
+    positions = window_positions(states.shape[2], w)  # [S]
+    valid = None
+    if lengths is not None:
+        lengths = np.asarray(lengths)
+        if lengths.shape != (states.shape[1],):
+            raise ValueError(f"lengths must have shape [N]=({states.shape[1]},); "
+                             f"got {lengths.shape}")
+        valid = positions[None, :] < lengths[:, None]  # [N, S]
     rows = []
     for layer in layers if layers is not None else range(states.shape[0]):
         for kind in kinds:
             feats = features(states[layer], kind, w)  # [N, T-w, F]
             for seed in seeds:
-                res = fit_probe(feats, positions, seed, config, shuffle_targets)
+                res = fit_probe(feats, positions, seed, config, shuffle_targets, valid)
                 rows.append(dict(layer=layer, features=kind, seed=seed, nrmse=res.nrmse, r=res.r))
     return pd.DataFrame(rows)
+
+
+def probe_model(
+    model: GPT,
+    idx: torch.Tensor,
+    windows: list[int] | tuple[int, ...],
+    seeds: list[int] | tuple[int, ...] = (0,),
+    kinds: tuple[str, ...] = FEATURE_SETS,
+    layers: list[int] | None = None,
+    config: ProbeConfig | RidgeConfig = RidgeConfig(),
+    shuffle_targets: bool = False,
+    lengths: np.ndarray | None = None,
+) -> pd.DataFrame:
+    """``probe_layers`` of ``model``'s states on ids [N, T], for every window in ``windows``
+    from one forward pass; one row per (w, layer, features, seed). A whole study in one call,
+    so ``nopelib.memo`` can skip the forward pass too."""
+    if not windows:
+        raise ValueError("windows must hold at least one window")
+    states = model_states(model, idx)  # [L+1, N, T, d]
+    return pd.concat([probe_layers(states, w, seeds, kinds, layers, config, shuffle_targets,
+                                   lengths).assign(w=w) for w in windows], ignore_index=True)
+
+
+def sequences_for(n_tokens: int, T: int, w: int, config: RidgeConfig | ProbeConfig) -> int:
+    """How many length-T sequences give at least ``n_tokens`` probed tokens to the fit split
+    (positions w..T-1, after the test and validation sequences are held out)."""
+    if not _is_count(n_tokens):
+        raise ValueError(f"n_tokens={n_tokens!r} must be a positive integer")
+    fit_frac = (1 - config.test_frac) * (1 - config.val_frac)
+    return int(np.ceil(n_tokens / (fit_frac * len(window_positions(T, w))))) + 2
+
+
+def task_sequences(task: str, seed: int, profile: str | TrainProfile,
+                   n: int) -> tuple[torch.Tensor, np.ndarray]:
+    """The first ``n`` test examples of a trained run as the model saw sequences in training
+    (input, answer; teacher forcing): right-padded ids [n, T] and real lengths [n]. These are
+    held out from training but in distribution: format, lengths and tokens of the task."""
+    prof = get_profile(profile)
+    test = make_split(task, seed, n_train=prof.n_train, n_test=prof.n_test).test
+    if not _is_count(n) or n > len(test):
+        raise ValueError(f"n={n!r} must be a positive integer <= {len(test)} (the test split)")
+    pairs = test[:n]
+    idx, _ = encode_batch(pairs)  # [n, T]
+    lengths = np.array([len(x) + len(a) for x, a in pairs])  # input + answer; the end token
+    return idx, lengths  # is a target only, never an input
 
 
 def summary(table: pd.DataFrame) -> pd.DataFrame:
@@ -300,13 +449,69 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
     return stats.unstack("features")
 
 
-def compare_features(table: pd.DataFrame) -> pd.DataFrame:
-    """Mean NRMSE and R of the cosine and the variance probes per layer, and whether cosine wins
-    on both: the paper's claim against Chi et al.'s variance hypothesis, layer by layer."""
-    m = table.groupby(["layer", "features"])[["nrmse", "r"]].mean().unstack("features")
-    out = pd.DataFrame({"nrmse cosine": m[("nrmse", "cosine")],
-                        "nrmse variance": m[("nrmse", "variance")],
-                        "R cosine": m[("r", "cosine")], "R variance": m[("r", "variance")]})
-    out["cosine wins"] = ((out["nrmse cosine"] < out["nrmse variance"])
-                          & (out["R cosine"] > out["R variance"]))
+def bootstrap_mean_ci(values: np.ndarray, n_boot: int = 10_000, level: float = 0.95,
+                      seed: int = 0) -> tuple[float, float, float]:
+    """Mean of ``values`` and its percentile bootstrap interval at ``level`` (resampling the
+    values with replacement ``n_boot`` times)."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim != 1 or len(v) < 2 or not np.isfinite(v).all():
+        raise ValueError(f"values must be >= 2 finite numbers in one dimension; got {v!r}")
+    if not _is_count(n_boot):
+        raise ValueError(f"n_boot={n_boot!r} must be a positive integer")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level={level!r} must be in (0, 1)")
+    rng = np.random.default_rng(seed)
+    means = v[rng.integers(len(v), size=(n_boot, len(v)))].mean(1)  # [n_boot]
+    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return float(v.mean()), float(lo), float(hi)
+
+
+def paired_differences(table: pd.DataFrame, unit: str = "seed", a: str = "cosine",
+                       b: str = "variance") -> pd.DataFrame:
+    """Feature set ``a`` minus ``b`` for NRMSE and R, paired within each (layer, ``unit``) (same
+    model, data and split): one row per pair, columns layer, ``unit``, d_nrmse, d_r."""
+    keys = ["layer", unit]
+    wide = table[table.features.isin([a, b])].pivot_table(
+        index=keys, columns="features", values=["nrmse", "r"])
+    if wide.isna().any().any() or {a, b} - set(wide.columns.get_level_values(1)):
+        raise ValueError(f"every (layer, {unit}) needs both {a!r} and {b!r} rows")
+    return pd.DataFrame({"d_nrmse": wide[("nrmse", a)] - wide[("nrmse", b)],
+                         "d_r": wide[("r", a)] - wide[("r", b)]}).reset_index()
+
+
+def compare_features(table: pd.DataFrame, unit: str = "seed", n_boot: int = 10_000,
+                     level: float = 0.95) -> pd.DataFrame:
+    """Cosine minus variance per layer: mean paired difference of NRMSE and R over ``unit``
+    with bootstrap intervals, and the verdict on each metric: "cosine" where the interval
+    excludes 0 in cosine's favour (lower NRMSE, higher R), "variance" where it excludes 0 the
+    other way, "unresolved" where it holds 0. ``claim`` is True where both say "cosine"."""
+    diffs = paired_differences(table, unit)
+    rows = []
+    for layer, group in diffs.groupby("layer"):
+        row = dict(layer=layer, n=len(group))
+        for metric, sign in (("nrmse", -1.0), ("r", 1.0)):
+            mean, lo, hi = bootstrap_mean_ci(group[f"d_{metric}"].to_numpy(), n_boot, level,
+                                             seed=int(layer))
+            row.update({f"d_{metric}": mean, f"d_{metric} lo": lo, f"d_{metric} hi": hi})
+            favour, against = (lo > 0, hi < 0) if sign > 0 else (hi < 0, lo > 0)
+            row[f"{metric} verdict"] = ("cosine" if favour else "variance" if against
+                                        else "unresolved")
+        rows.append(row)
+    out = pd.DataFrame(rows).set_index("layer")
+    out["claim"] = (out["nrmse verdict"] == "cosine") & (out["r verdict"] == "cosine")
     return out
+
+
+def metric_intervals(table: pd.DataFrame, n_boot: int = 10_000,
+                     level: float = 0.95) -> pd.DataFrame:
+    """Mean NRMSE and R per (layer, feature set) over the table's rows (seeds), each with its
+    bootstrap interval: columns nrmse, nrmse lo, nrmse hi, r, r lo, r hi, n."""
+    rows = []
+    for (layer, kind), group in table.groupby(["layer", "features"]):
+        row = dict(layer=layer, features=kind, n=len(group))
+        for metric in ("nrmse", "r"):
+            mean, lo, hi = bootstrap_mean_ci(group[metric].to_numpy(), n_boot, level,
+                                             seed=int(layer))
+            row.update({metric: mean, f"{metric} lo": lo, f"{metric} hi": hi})
+        rows.append(row)
+    return pd.DataFrame(rows).set_index(["layer", "features"])

@@ -443,4 +443,51 @@ def length_study(lengths: Sequence[int], measured: dict[str, tuple[np.ndarray, n
     fig.update_xaxes(type="log", title="sequence length (tokens)")
     fig.update_layout(title=title, yaxis_title="adjacency score", yaxis_range=[0.3, 1.02],
                       height=440)
+
+
+def probe_differences(comparisons: dict[str, pd.DataFrame], title: str) -> go.Figure:
+    """Cosine minus variance per layer with bootstrap intervals: NRMSE (left, below 0 favours
+    cosine) and R (right, above 0 favours cosine), one line per model; ``comparisons`` maps a
+    model's name to ``probe.compare_features``'s table."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=[
+        "NRMSE cosine − variance (< 0: cosine better)", "R cosine − variance (> 0: cosine better)"])
+    for i, (name, comp) in enumerate(comparisons.items()):
+        colour = DEFAULT_COLOURS[i % len(DEFAULT_COLOURS)]
+        for col, metric in enumerate(["d_nrmse", "d_r"], start=1):
+            mean = comp[metric].to_numpy()
+            fig.add_trace(go.Scatter(
+                x=comp.index, y=mean, mode="lines+markers", name=name, legendgroup=name,
+                showlegend=col == 1, line=dict(color=colour),
+                error_y=dict(type="data", symmetric=False,
+                             array=comp[f"{metric} hi"].to_numpy() - mean,
+                             arrayminus=mean - comp[f"{metric} lo"].to_numpy())),
+                row=1, col=col)
+    fig.add_hline(y=0.0, line_dash="dot")
+    fig.update_xaxes(title_text="layer (0 = token embeddings)", dtick=1)
+    fig.update_layout(title=title, height=420)
+    return fig
+
+
+def probe_grid(table: pd.DataFrame, title: str) -> go.Figure:
+    """Pearson R of the cosine (solid) and variance (dashed) probes against the window w, one
+    colour per sequence length T, one panel per layer; mean ± std over seeds. ``table`` has
+    columns T, w, layer, features, seed, r."""
+    layers = sorted(table.layer.unique())
+    fig = make_subplots(rows=1, cols=len(layers), shared_yaxes=True,
+                        subplot_titles=[f"layer {layer}" for layer in layers])
+    stats = table.groupby(["layer", "T", "features", "w"]).r.agg(["mean", "std"]).fillna(0.0)
+    lengths = sorted(table["T"].unique())
+    for col, layer in enumerate(layers, start=1):
+        for i, T in enumerate(lengths):
+            for kind, dash in (("cosine", "solid"), ("variance", "dash")):
+                s = stats.loc[(layer, T, kind)]
+                name = f"{kind}, T = {T}"
+                fig.add_trace(go.Scatter(
+                    x=s.index, y=s["mean"], mode="lines+markers", name=name, legendgroup=name,
+                    showlegend=col == 1, error_y=dict(type="data", array=s["std"]),
+                    line=dict(color=DEFAULT_COLOURS[i % len(DEFAULT_COLOURS)], dash=dash)),
+                    row=1, col=col)
+    fig.update_xaxes(title_text="window w", type="log", tickvals=sorted(table.w.unique()))
+    fig.update_yaxes(title_text="Pearson R", row=1, col=1)
+    fig.update_layout(title=title, height=420)
     return fig

@@ -1,4 +1,5 @@
-"""Tests of the position probe: feature shapes and values, leakage controls, the split, errors."""
+"""Tests of the position probe: feature shapes and values, leakage controls, the split, the
+ridge and MLP probes, positive and negative control models, paired comparisons, errors."""
 
 import numpy as np
 import pytest
@@ -9,6 +10,14 @@ from nopelib.metrics import cosine_similarity_matrix, embedding_variance
 from nopelib.probe import (
     FEATURE_SETS,
     ProbeConfig,
+    RidgeConfig,
+    bootstrap_mean_ci,
+    compare_features,
+    metric_intervals,
+    paired_differences,
+    probe_model,
+    sequences_for,
+    task_sequences,
     cosine_window_features,
     features,
     fit_probe,
@@ -20,7 +29,8 @@ from nopelib.probe import (
     variance_window_features,
     window_positions,
 )
-from nopelib.tasks import CHARS, encode
+from nopelib.tasks import CHARS, decode, encode, make_split
+from nopelib.train import PROFILES
 
 
 @pytest.fixture(scope="module")
@@ -77,20 +87,35 @@ def test_shuffled_targets_have_no_skill_where_true_targets_do(small_states):
     kind = "hidden"
     positions = window_positions(small_states.shape[2], 4)
     feats = features(small_states[1], kind, 4)
-    real = fit_probe(feats, positions, seed=0)
-    control = fit_probe(feats, positions, seed=0, shuffle_targets=True)
+    mlp = ProbeConfig()  # the paper's probe; the ridge probe's case is the next test
+    real = fit_probe(feats, positions, seed=0, config=mlp)
+    control = fit_probe(feats, positions, seed=0, config=mlp, shuffle_targets=True)
     assert real.nrmse < 0.95, f"{kind}: layer-1 NRMSE = {real.nrmse:.3f}: the control would show nothing"
     assert control.nrmse >= 0.97, f"{kind}: shuffled-target NRMSE = {control.nrmse:.3f}"
 
 
-def test_linearly_encoded_position_is_found():
+def test_ridge_shuffled_targets_have_no_skill():
+    """Position along a random direction plus noise: the ridge probe reads it with true
+    targets and has no skill (NRMSE >= 0.97) with shuffled ones."""
+    rng = np.random.default_rng(3)
+    N, S, F = 150, 20, 6
+    positions = np.arange(4, 4 + S)
+    feats = positions[None, :, None] * rng.normal(size=F) + rng.normal(scale=4.0, size=(N, S, F))
+    real = fit_probe(feats, positions, seed=0)
+    control = fit_probe(feats, positions, seed=0, shuffle_targets=True)
+    assert real.nrmse < 0.7, real.nrmse
+    assert control.nrmse >= 0.97, control.nrmse
+
+
+@pytest.mark.parametrize("config", [RidgeConfig(), ProbeConfig()], ids=["ridge", "mlp"])
+def test_linearly_encoded_position_is_found(config):
     """Features = position along a random direction plus noise: the probe must recover it."""
     rng = np.random.default_rng(0)
     N, S, F = 100, 20, 6
     positions = np.arange(5, 5 + S)
     direction = rng.normal(size=F)
     feats = positions[None, :, None] * direction + rng.normal(scale=2.0, size=(N, S, F))
-    res = fit_probe(feats, positions, seed=0)
+    res = fit_probe(feats, positions, seed=0, config=config)
     assert res.r > 0.9, f"R = {res.r:.3f}"
     assert res.nrmse < 0.45, f"NRMSE = {res.nrmse:.3f}"
 
@@ -144,5 +169,137 @@ def test_bad_inputs_raise():
         features(torch.randn(3, 10, 8), "norm", 2)
     with pytest.raises(ValueError, match="width="):
         ProbeConfig(width=0)
+    with pytest.raises(ValueError, match="n_random="):
+        RidgeConfig(n_random=-1)
+    with pytest.raises(ValueError, match="penalties="):
+        RidgeConfig(penalties=(1.0, 0.0))
+    with pytest.raises(ValueError, match="config="):
+        fit_probe(np.zeros((10, 4, 2)), np.arange(4), config="ridge")
+    with pytest.raises(ValueError, match="valid"):
+        fit_probe(np.zeros((10, 4, 2)), np.arange(4), valid=np.ones((10, 3), dtype=bool))
     with pytest.raises(ValueError, match="alphabet="):
         random_token_sequences(2, 3, "", 0)
+
+
+def test_nonlinear_position_is_found():
+    """Features = 1/position (the variance law) plus noise: the random units must bend it back."""
+    rng = np.random.default_rng(1)
+    N, S = 200, 24
+    positions = np.arange(8, 8 + S)
+    feats = (1.0 / positions)[None, :, None] + rng.normal(scale=0.002, size=(N, S, 1))
+    ridge = fit_probe(feats, positions, seed=0)
+    linear = fit_probe(feats, positions, seed=0, config=RidgeConfig(n_random=0))
+    assert ridge.nrmse < 0.5 * linear.nrmse, (ridge.nrmse, linear.nrmse)
+    assert ridge.r > 0.95, ridge.r
+
+
+def test_valid_mask_drops_tokens():
+    """Tokens marked invalid (past a sequence's end) are neither fitted nor scored."""
+    rng = np.random.default_rng(2)
+    N, S = 60, 10
+    valid = np.arange(S)[None, :] < rng.integers(3, S + 1, size=N)[:, None]  # [N, S]
+    feats = np.where(valid[..., None], rng.normal(size=(N, S, 3)), np.nan)
+    res = fit_probe(feats, np.arange(S), seed=0, valid=valid)
+    assert len(res.pred) == valid[res.test_sequences].sum()
+    assert np.isfinite(res.pred).all()
+    assert set(res.true.tolist()) <= set(range(S))
+
+
+def test_positive_and_negative_control_models():
+    """Same probe, same data: a sinusoidal-PE model shows position in the full state, a
+    bidirectional NoPE model (permutation-equivariant) shows none with any feature set."""
+    ids = random_token_sequences(300, 24, CHARS, seed=1)
+    kw = dict(n_layer=2, n_head=2, n_embd=48, seed=0)
+    pe = probe_model(random_model(pos_encoding="sinusoidal", **kw), ids, [4], kinds=("hidden",))
+    assert (pe.r >= 0.9).all(), pe
+    bidir = probe_model(random_model(causal=False, **kw), ids, [4])
+    assert (bidir.r.abs() <= 0.1).all(), bidir
+    causal = probe_model(random_model(**kw), ids, [4], kinds=("hidden",), layers=[1])
+    assert (causal.r > 0.3).all(), causal
+
+
+def test_probe_model_windows_and_lengths():
+    model = random_model(n_layer=1, n_head=2, n_embd=32, seed=0)
+    ids = random_token_sequences(40, 12, CHARS, seed=0)
+    table = probe_model(model, ids, [2, 3], kinds=("cosine",), layers=[1])
+    assert sorted(table.w) == [2, 3] and set(table.layer) == {1}
+    lengths = np.full(40, 8)
+    short = probe_model(model, ids, [2], kinds=("cosine",), layers=[1], lengths=lengths)
+    full = probe_model(model, ids[:, :8], [2], kinds=("cosine",), layers=[1])
+    # causal model: padding after the length changes nothing before it
+    np.testing.assert_allclose(short[["nrmse", "r"]], full[["nrmse", "r"]], rtol=1e-4)
+    with pytest.raises(ValueError, match="lengths"):
+        probe_model(model, ids, [2], lengths=np.full(39, 8))
+    with pytest.raises(ValueError, match="windows"):
+        probe_model(model, ids, [])
+
+
+def test_sequences_for_gives_the_fitting_tokens():
+    config = RidgeConfig()
+    n = sequences_for(1000, 20, 5, config)
+    states = torch.randn(n, 20, 4)
+    res = fit_probe(states[:, 5:], window_positions(20, 5), seed=0, config=config)
+    n_train_tokens = len(res.train_sequences) * 15
+    n_fit_tokens = n_train_tokens - round(len(res.train_sequences) * config.val_frac) * 15
+    assert n_fit_tokens >= 1000
+    assert sequences_for(1000, 20, 5, config) < sequences_for(2000, 20, 5, config)
+
+
+def test_task_sequences_are_held_out_examples():
+    prof = PROFILES["cpu"]
+    ids, lengths = task_sequences("addition", 0, "cpu", 30)
+    test = make_split("addition", 0, n_train=prof.n_train, n_test=prof.n_test).test[:30]
+    assert ids.shape[0] == 30 and lengths.shape == (30,)
+    for row, length, (text, answer) in zip(ids.tolist(), lengths, test):
+        assert decode(row[:length]) == text + answer
+    with pytest.raises(ValueError, match="n="):
+        task_sequences("addition", 0, "cpu", 0)
+
+
+def test_bootstrap_interval():
+    rng = np.random.default_rng(0)
+    values = rng.normal(1.0, 0.5, size=50)
+    mean, lo, hi = bootstrap_mean_ci(values, n_boot=2000)
+    assert lo < mean < hi and mean == pytest.approx(values.mean())
+    assert lo > 0.7 and hi < 1.3
+    wide = bootstrap_mean_ci(values[:5], n_boot=2000)
+    assert wide[2] - wide[1] > hi - lo
+    assert bootstrap_mean_ci(np.full(5, 2.0)) == (2.0, 2.0, 2.0)
+    with pytest.raises(ValueError, match="values"):
+        bootstrap_mean_ci(np.array([1.0]))
+    with pytest.raises(ValueError, match="level="):
+        bootstrap_mean_ci(values, level=1.5)
+
+
+def _table(d_nrmse: list[float], d_r: list[float]) -> "pd.DataFrame":
+    import pandas as pd
+
+    rows = []
+    for seed, (dn, dr) in enumerate(zip(d_nrmse, d_r)):
+        rows.append(dict(layer=1, features="variance", seed=seed, nrmse=0.8, r=0.5))
+        rows.append(dict(layer=1, features="cosine", seed=seed, nrmse=0.8 + dn, r=0.5 + dr))
+        rows.append(dict(layer=1, features="hidden", seed=seed, nrmse=0.1, r=0.99))
+    return pd.DataFrame(rows)
+
+
+def test_compare_features_verdicts():
+    better = compare_features(_table([-0.1, -0.12, -0.09, -0.11, -0.1], [0.1, 0.08, 0.12, 0.1, 0.09]))
+    assert better.loc[1, "claim"] and better.loc[1, "n"] == 5
+    assert better.loc[1, "d_nrmse"] == pytest.approx(-0.104)
+    worse = compare_features(_table([0.1, 0.12, 0.09, 0.11, 0.1], [-0.1, -0.08, -0.12, -0.1, -0.09]))
+    assert not worse.loc[1, "claim"]
+    assert worse.loc[1, "nrmse verdict"] == "variance" and worse.loc[1, "r verdict"] == "variance"
+    noisy = compare_features(_table([-0.1, 0.1, -0.05, 0.08, 0.0], [0.1, -0.1, 0.05, -0.08, 0.0]))
+    assert noisy.loc[1, "nrmse verdict"] == "unresolved" and not noisy.loc[1, "claim"]
+    diffs = paired_differences(_table([-0.1] * 3, [0.2] * 3))
+    assert list(diffs.columns) == ["layer", "seed", "d_nrmse", "d_r"]
+    np.testing.assert_allclose(diffs.d_r, 0.2)
+    with pytest.raises(ValueError, match="both"):
+        paired_differences(_table([-0.1] * 3, [0.2] * 3).query("features != 'cosine'"))
+
+
+def test_metric_intervals():
+    ci = metric_intervals(_table([-0.1, -0.12, -0.09], [0.1, 0.08, 0.12]), n_boot=500)
+    assert ci.loc[(1, "hidden"), "r"] == pytest.approx(0.99)
+    row = ci.loc[(1, "cosine")]
+    assert row["r lo"] <= row["r"] <= row["r hi"] and row["n"] == 3
