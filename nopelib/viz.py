@@ -405,6 +405,7 @@ def grid_adjacency(runs: pd.DataFrame, title: str = "") -> go.Figure:
     fig.update_yaxes(range=[0.3, 1.02], title_text="adjacency score", col=1)
     fig.update_layout(height=420, title=title or "adjacency score per layer: after training "
                       "(solid), before (dotted)")
+    return fig
 
 
 # ---------------------------------------------------------------------------------------------
@@ -443,6 +444,7 @@ def length_study(lengths: Sequence[int], measured: dict[str, tuple[np.ndarray, n
     fig.update_xaxes(type="log", title="sequence length (tokens)")
     fig.update_layout(title=title, yaxis_title="adjacency score", yaxis_range=[0.3, 1.02],
                       height=440)
+    return fig
 
 
 def probe_differences(comparisons: dict[str, pd.DataFrame], title: str) -> go.Figure:
