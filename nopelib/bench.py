@@ -50,8 +50,8 @@ from nopelib.analysis import long_sequence, random_model, similarity_matrices
 from nopelib.memo import MEMO_ENV
 from nopelib.metrics import adjacency_score, adjacency_score_reference
 from nopelib.model import GPTConfig
-from nopelib.probe import (FEATURE_SETS, ProbeConfig, features, fit_probe, model_states,
-                           random_token_sequences, window_positions)
+from nopelib.probe import (FEATURE_SETS, ProbeConfig, RidgeConfig, features, fit_probe,
+                           model_states, random_token_sequences, window_positions)
 from nopelib.tasks import CHARS, TASKS, encode_batch, encode_inputs, make_split
 from nopelib.train import (PROFILES, adamw, evaluate, greedy_accuracy, resolve_device, train,
                            train_many, train_step)
@@ -268,22 +268,27 @@ def bench_adjacency(config: GPTConfig, sizes: Sizes) -> dict:
 
 
 def bench_probe(config: GPTConfig, sizes: Sizes) -> dict:
-    """Hidden-state extraction for the probe, and one fit per feature set at layer 1."""
+    """Hidden-state extraction for the probe, and one fit per feature set at layer 1 with
+    each probe: the chapter's closed-form ridge probe and the paper's MLP."""
     model = random_model(config, seed=0)
     idx = random_token_sequences(sizes.probe_n, sizes.probe_T, CHARS, seed=0)
     start = time.perf_counter()
     states = model_states(model, idx)  # [L+1, N, T, d]
     rows = [{"name": "model_states", "seconds": time.perf_counter() - start}]
     positions = window_positions(sizes.probe_T, sizes.probe_w)
-    probe_config = ProbeConfig(max_steps=sizes.probe_max_steps)
+    probes = {"ridge": RidgeConfig(), "mlp": ProbeConfig(max_steps=sizes.probe_max_steps)}
     for kind in FEATURE_SETS:
-        start = time.perf_counter()
         feats = features(states[1], kind, sizes.probe_w)  # [N, S, F]
-        result = fit_probe(feats, positions, seed=0, config=probe_config)
-        rows.append({"name": f"fit {kind}", "seconds": time.perf_counter() - start,
-                     "best_step": result.steps, "nrmse": result.nrmse})
+        for name, probe_config in probes.items():
+            start = time.perf_counter()
+            result = fit_probe(feats, positions, seed=0, config=probe_config)
+            rows.append({"name": f"fit {kind} ({name})",
+                         "seconds": time.perf_counter() - start,
+                         "selected": result.selected, "nrmse": result.nrmse})
     return {"config": config.to_dict(), "n_sequences": sizes.probe_n, "T": sizes.probe_T,
-            "w": sizes.probe_w, "probe": asdict(probe_config), "rows": rows}
+            "w": sizes.probe_w,  # the probes' settings as JSON has them (tuples as lists)
+            "probes": {k: json.loads(json.dumps(asdict(v))) for k, v in probes.items()},
+            "rows": rows}
 
 
 def bench_parallel(sizes: Sizes) -> dict:
@@ -467,7 +472,7 @@ def format_table(result: dict) -> str:
              ["task", "greedy_s", "teacher_forced_s", "speedup", "accuracy_greedy",
               "accuracy_teacher_forced"])
     _section(out, f"probe: {pr.get('n_sequences')} sequences of T={pr.get('T')}, window "
-             f"{pr.get('w')}, layer 1", pr, ["name", "seconds", "best_step"])
+             f"{pr.get('w')}, layer 1", pr, ["name", "seconds", "selected"])
     _section(out, "chapters", result["chapters"],
              ["chapter", "wall_s", "fill_s", "rerun_s", "speedup", "status"])
     out.append(f"\ntotal {m.get('total_s', 0):.1f} s")

@@ -94,7 +94,7 @@ def test_adjacency_rows_ratios_and_agreement(small):
 def test_probe_rows(small):
     probe = small[0]["probe"]
     names = [r["name"] for r in probe["rows"]]
-    assert names[0] == "model_states" and len(names) == 4
+    assert names[0] == "model_states" and len(names) == 7  # 3 feature sets x 2 probes
     for r in probe["rows"]:
         _positive(r["seconds"], r["name"])
 

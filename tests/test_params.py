@@ -84,10 +84,15 @@ BAD = [  # (chapter, parameters, what the error must name): every finding of iss
     ("trained", {"seeds": []}, "seeds=[]"),
     ("trained", {"heatmap_task": "addition", "tasks": ["reversal"]}, "heatmap_task='addition'"),
     ("trained", {"profile": "paper", "device": "cpu"}, "profile='paper'"),
-    ("probes", {"n_seq": 3}, "n_seq=3"),
+    ("averaging_effect", {"archs": [[6, 100]]}, "archs=[[6, 100]]"),
+    ("averaging_effect", {"excess_seeds": 0}, "excess_seeds=0"),
+    ("random_init", {"level": 1.0}, "level=1.0"),
+    ("random_init", {"length_seqs": 0}, "length_seqs=0"),
+    ("probes", {"n_fit_tokens": 3}, "n_fit_tokens=3"),
     ("probes", {"profile": "bogus"}, "profile='bogus'"),
-    ("probes", {"model_seeds": []}, "model_seeds=[]"),
+    ("probes", {"model_seeds": [0, 1]}, "model_seeds=[0, 1]"),  # fewer than 5
     ("probes", {"T": 8}, "T=8"),
+    ("probes", {"grid_lengths": [8], "grid_windows": [8]}, "grid_lengths=[8]"),
 ]
 
 
@@ -120,7 +125,7 @@ def test_the_check_cell_names_each_bad_parameter(monkeypatch, chapter, params, n
 PAPERMILL = [("averaging_effect", {"n_texts": 0}, "n_texts=0"),
              ("random_init", {"n_seeds": 0}, "n_seeds=0"),
              ("trained", {"tasks": '["nope"]'}, "tasks='[\"nope\"]'"),
-             ("probes", {"n_seq": 3}, "n_seq=3")]
+             ("probes", {"n_fit_tokens": 3}, "n_fit_tokens=3")]
 
 
 @pytest.mark.parametrize("chapter, params, named", PAPERMILL, ids=[c for c, _, _ in PAPERMILL])
