@@ -2,9 +2,10 @@
 embedding of the same size and budget, out to a multiple of a profile's budget.
 
 It trains longer than a chapter may, so it runs by hand, once, with one command; the trained
-chapter draws the small JSON file it writes (committed under ``book/results/``)::
+chapter draws every small JSON file it writes (committed as ``book/results/recipe_*.json``, one
+file per study)::
 
-    python -m nopelib.recipe --out book/results/recipe_curves.json
+    python -m nopelib.recipe --out book/results/recipe_addition_reversal.json --tasks addition reversal
 
 Every run goes through ``train_many`` (the run cache), so an interrupted study resumes where it
 stopped. The file records its provenance: the command, the git commit, the machine, the torch
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from nopelib.model import GPTConfig
 from nopelib.tasks import TASKS
-from nopelib.train import PROFILES, TrainProfile, get_profile, train_many
+from nopelib.train import PROFILES, TrainProfile, get_profile, train_many, train_missing
 
 POS_ENCODINGS = ("none", "learned")  # NoPE, and the control that is given position for free
 
@@ -59,11 +60,16 @@ def recorded_profile(provenance: dict) -> TrainProfile:
 
 def run_study(profile: str | TrainProfile, tasks: list[str], seeds: list[int], scale: int,
               device: str = "auto") -> list[dict]:
-    """Train (or load) every (task, seed, position encoding) and return one row per run."""
+    """Train (or load) every (task, seed, position encoding) and return one row per run.
+
+    The runs of both encodings share one pool of workers (``train_missing``), the costliest
+    first, so no core waits for one encoding to finish before the other starts."""
     base = get_profile(profile)
+    profiles = {pe: recipe_profile(base, pe, scale) for pe in POS_ENCODINGS}
+    train_missing([(t, s, prof) for prof in profiles.values() for t in tasks for s in seeds],
+                  device=device)
     rows = []
-    for pe in POS_ENCODINGS:
-        prof = recipe_profile(base, pe, scale)
+    for pe, prof in profiles.items():
         runs = train_many([(t, s) for t in tasks for s in seeds], prof, device=device)
         for (task, seed), run in runs.items():
             m = run.metrics

@@ -164,12 +164,12 @@ PROFILES: dict[str, TrainProfile] = {
     # 2,750-7,000 steps in batches of 32 at lr 2e-3 to 4e-3; reversal learned in batches of
     # 32 at lr 2e-3 but stayed on its plateau for one seed of two in batches of 64 at 3e-3.
     # Indexing and ordering need far more than fits (the recipe study, nopelib.recipe, shows
-    # how much), so they get 1,000 steps, enough to show their plateau. Every run records a
-    # learning curve.
+    # how much), so they get 500 steps, enough to show their plateau: at 1,000 the 8 runs
+    # took 21 minutes. Every run records a learning curve.
     "cpu": TrainProfile(
         name="cpu",
         model=GPTConfig(n_layer=4, n_head=4, n_embd=96, init_std=0.002),
-        steps=1000,
+        steps=500,
         task_budgets=(("addition", 7000, 64, 3e-3), ("reversal", 3000)),
         batch_size=32,
         lr=2e-3,
@@ -184,7 +184,7 @@ PROFILES: dict[str, TrainProfile] = {
         eval_batch_size=1_000,
         log_every=50,
         seeds=(0, 1),
-        curve_every=250,
+        curve_every=100,
         n_curve=1_000,
     ),
     # The paper's base model (6 layers x 384 wide x 6 heads, 10.6 M parameters), 5 seeds, the
@@ -654,9 +654,10 @@ def _train_in_worker(task: str, seed: int, profile: str | TrainProfile, device: 
     train_or_load(task, seed, profile, device=device, cache_dir=cache_dir, progress=False)
 
 
-def _train_in_pool(missing: list[tuple[str, int]], prof: TrainProfile, device: str,
+def _train_in_pool(jobs: list[tuple[str, int, TrainProfile]], device: str,
                    cache_dir: str | Path | None, n_workers: int) -> None:
-    """Train ``missing`` in ``n_workers`` spawned processes that cannot outlive this one.
+    """Train ``jobs`` (task, seed, profile) in ``n_workers`` spawned processes that cannot
+    outlive this one.
 
     On any exception, KeyboardInterrupt included, queued runs are cancelled and running workers
     terminated before it propagates: control returns at once, not after the runs in flight.
@@ -667,8 +668,8 @@ def _train_in_pool(missing: list[tuple[str, int]], prof: TrainProfile, device: s
     futures = []
     try:
         futures += [pool.submit(_train_in_worker, t, s, prof, device, cache_dir)
-                    for t, s in missing]
-        for future in tqdm(futures, desc=f"training {len(missing)} runs on {n_workers} processes"):
+                    for t, s, prof in jobs]
+        for future in tqdm(futures, desc=f"training {len(jobs)} runs on {n_workers} processes"):
             future.result()
     except BaseException:
         for future in futures:
@@ -678,6 +679,43 @@ def _train_in_pool(missing: list[tuple[str, int]], prof: TrainProfile, device: s
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
+
+
+def train_missing(jobs: list[tuple[str, int, str | TrainProfile]], device: str = "auto",
+                  cache_dir: str | Path | None = None,
+                  workers: int | None = None) -> list[tuple[str, int, TrainProfile]]:
+    """Train the (task, seed, profile) jobs that the cache lacks, and return them.
+
+    On the CPU with more than one worker they train in one pool (``workers`` processes, default
+    one per core), the costliest first (a run's time grows with its steps, batch and task
+    length), so workers idle less while the last finishes; the jobs may mix profiles, as the
+    recipe study's NoPE and learned-position runs do. Otherwise they are left to the caller,
+    which trains them in its own process (``train_or_load``). Training expected to take over an
+    hour on the CPU warns first, with the expected time.
+    """
+    dev = resolve_device(device)
+    root = resolve_cache_dir(cache_dir) / "runs"
+    jobs = [(t, s, get_profile(p)) for t, s, p in jobs]
+    by_key = {run_key(t, s, p, dev): (t, s, p) for t, s, p in jobs}  # a job listed twice: once
+    missing = [job for key, job in by_key.items() if _load(root / key, key, job[2]) is None]
+
+    def cost(job: tuple[str, int, TrainProfile]) -> int:
+        own = job[2].for_task(job[0])
+        return own.steps * own.batch_size * get_task(job[0]).max_input_len
+
+    missing.sort(key=cost, reverse=True)
+    n_workers = min(workers or os.cpu_count() or 1, len(missing))
+    if dev.type == "cpu" and missing:
+        seconds = sum(expected_cpu_seconds(p) for _, _, p in missing)
+        hours = seconds / max(1, n_workers) / 3600
+        if hours > 1:
+            names = sorted({p.name for _, _, p in missing})
+            warnings.warn(f"training {len(missing)} runs of profile(s) {names} on the CPU is "
+                          f"expected to take about {hours:.0f} h on {n_workers} processes; "
+                          "a GPU (device='cuda') or profile 'cpu' is faster", stacklevel=3)
+    if dev.type == "cpu" and n_workers > 1:
+        _train_in_pool(missing, device, cache_dir, n_workers)
+    return missing
 
 
 def train_many(
@@ -720,23 +758,8 @@ def train_many(
     dev = resolve_device(device)
     root = resolve_cache_dir(cache_dir) / "runs"
     keys = {(t, s): run_key(t, s, prof, dev) for t, s in runs}
-    missing = [(t, s) for t, s in runs if _load(root / keys[t, s], keys[t, s], prof) is None]
-    # the costliest runs first (a run's time grows with its steps, batch and task length): the
-    # runs left for the end are the short ones, so workers idle less while the last finishes
-    def cost(run: tuple[str, int]) -> int:
-        own = prof.for_task(run[0])
-        return own.steps * own.batch_size * get_task(run[0]).max_input_len
-
-    missing.sort(key=cost, reverse=True)
-    n_workers = min(workers or os.cpu_count() or 1, len(missing))
-    if dev.type == "cpu" and missing:
-        hours = expected_cpu_seconds(prof) * math.ceil(len(missing) / n_workers) / 3600
-        if hours > 1:
-            warnings.warn(f"training {len(missing)} runs of profile {prof.name!r} on the CPU is "
-                          f"expected to take about {hours:.0f} h on {n_workers} processes; "
-                          "a GPU (device='cuda') or profile 'cpu' is faster", stacklevel=2)
-    if dev.type == "cpu" and n_workers > 1:
-        _train_in_pool(missing, prof, device, cache_dir, n_workers)
+    missing = {(t, s) for t, s, _ in train_missing([(t, s, prof) for t, s in runs], device,
+                                                  cache_dir, workers)}
     done = {}
     for t, s in runs:
         # by the keys of the start: sources edited while the pool trained do not retrain here
