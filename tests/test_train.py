@@ -272,6 +272,42 @@ def test_train_many_submits_the_costliest_runs_first(tmp_path, monkeypatch):
     assert [task for task, _ in submitted[:2]] == ["addition", "addition"]
 
 
+def test_train_missing_pools_jobs_of_several_profiles(tmp_path, monkeypatch):
+    submitted = []
+
+    class Finished:
+        def result(self):
+            return None
+
+    class InlinePool:  # records the submission order and trains in this process
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def submit(self, fn, *args):
+            submitted.append((args[0], args[1], args[2].name))
+            fn(*args)
+            return Finished()
+
+        def shutdown(self, wait=True, cancel_futures=False):
+            pass
+
+    monkeypatch.setattr(tr, "ProcessPoolExecutor", InlinePool)
+    learned = replace(TINY, name="tiny-learned",
+                      model=replace(TINY.model, pos_encoding="learned"),
+                      task_budgets=(("addition", TINY.steps * 10),))
+    jobs = [("reversal", 0, TINY), ("addition", 0, learned), ("addition", 0, TINY),
+            ("reversal", 0, TINY)]  # listed twice: trained once
+    trained = tr.train_missing(jobs, device="cpu", cache_dir=tmp_path, workers=2)
+    assert submitted == [("addition", 0, "tiny-learned"), ("reversal", 0, "tiny"),
+                         ("addition", 0, "tiny")]  # the costliest first, across profiles
+    assert sorted((t, s, p.name) for t, s, p in trained) == sorted(submitted)
+    # each profile's runs are in its own cache entries, and nothing is missing any more
+    assert tr.train_missing(jobs, device="cpu", cache_dir=tmp_path, workers=2) == []
+    done = tr.train_many([("addition", 0)], learned, device="cpu", cache_dir=tmp_path)
+    assert done["addition", 0].from_cache
+    assert done["addition", 0].metrics["steps"] == TINY.steps * 10
+
+
 def test_exception_mid_training_leaves_nothing(tmp_path, monkeypatch):
     real_lr_at = tr.TrainProfile.lr_at
 
