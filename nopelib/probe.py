@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import copy
 import numbers
+import os
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -388,13 +390,23 @@ def probe_layers(
             raise ValueError(f"lengths must have shape [N]=({states.shape[1]},); "
                              f"got {lengths.shape}")
         valid = positions[None, :] < lengths[:, None]  # [N, S]
-    rows = []
-    for layer in layers if layers is not None else range(states.shape[0]):
-        for kind in kinds:
-            feats = features(states[layer], kind, w)  # [N, T-w, F]
-            for seed in seeds:
-                res = fit_probe(feats, positions, seed, config, shuffle_targets, valid)
-                rows.append(dict(layer=layer, features=kind, seed=seed, nrmse=res.nrmse, r=res.r))
+    jobs = [(layer, kind) for layer in (layers if layers is not None
+                                        else range(states.shape[0])) for kind in kinds]
+
+    def fit(job: tuple[int, str]) -> list[dict]:
+        layer, kind = job
+        feats = features(states[layer], kind, w)  # [N, T-w, F]
+        results = [(seed, fit_probe(feats, positions, seed, config, shuffle_targets, valid))
+                   for seed in seeds]
+        return [dict(layer=layer, features=kind, seed=seed, nrmse=res.nrmse, r=res.r)
+                for seed, res in results]
+
+    # Ridge fits run one per core, each on one thread: they draw only from their own
+    # generators, so the rows are the same as one by one. The MLP probe initialises its
+    # weights from torch's global generator, so its fits run one by one.
+    workers = (os.cpu_count() or 1) if isinstance(config, RidgeConfig) else 1
+    with _one_thread(), ThreadPoolExecutor(max(1, min(workers, len(jobs)))) as pool:
+        rows = [row for rows in pool.map(fit, jobs) for row in rows]
     return pd.DataFrame(rows)
 
 

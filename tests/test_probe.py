@@ -148,6 +148,22 @@ def test_probe_layers_table(small_states):
     assert len(table) == 4
 
 
+def test_probe_layers_in_parallel_equals_one_fit_at_a_time(small_states):
+    """The ridge fits run on several threads; each row is the fit made alone, in order, and
+    torch's thread count is as before."""
+    threads = torch.get_num_threads()
+    table = probe_layers(small_states, w=4, seeds=(0, 1), layers=[1, 2])
+    assert torch.get_num_threads() == threads
+    positions = window_positions(small_states.shape[2], 4)
+    alone = [(layer, kind, seed,
+              fit_probe(features(small_states[layer], kind, 4), positions, seed))
+             for layer in (1, 2) for kind in FEATURE_SETS for seed in (0, 1)]
+    assert [tuple(r) for r in table[["layer", "features", "seed"]].to_numpy()] == [
+        a[:3] for a in alone]
+    assert table.nrmse.tolist() == [a[3].nrmse for a in alone]
+    assert table.r.tolist() == [a[3].r for a in alone]
+
+
 @pytest.mark.parametrize("w", [0, -1, 2.5])
 def test_bad_window_raises(w):
     states = torch.randn(3, 10, 8)
