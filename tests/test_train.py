@@ -222,32 +222,34 @@ def test_train_many_in_parallel_matches_one_by_one(tmp_path):
         tr.train_many([("sort", 0)], TINY, cache_dir=tmp_path / "c")
 
 
-def test_train_many_submits_the_costliest_runs_first(tmp_path, monkeypatch):
-    submitted, trained = [], []
+def inline_pool(submitted: list, on_shutdown=lambda: None) -> type:
+    """A ProcessPoolExecutor stand-in that trains in this process and records each submitted
+    job's arguments (task, seed, profile, ...) in ``submitted``, in order."""
 
     class Finished:
         def result(self):
             return None
 
-    class InlinePool:  # records the submission order and trains in this process
+    class InlinePool:
         def __init__(self, *args, **kwargs):
             pass
 
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
         def submit(self, fn, *args):
-            submitted.append(args[:2])
+            submitted.append(args)
             fn(*args)
             return Finished()
 
         def shutdown(self, wait=True, cancel_futures=False):
-            # the sources are edited as the pool finishes: the runs stay those of the start
-            monkeypatch.setattr(tr, "source_hash", lambda: "edited meanwhile")
+            on_shutdown()
 
+    return InlinePool
+
+
+def test_train_many_submits_the_costliest_runs_first(tmp_path, monkeypatch):
+    jobs, trained = [], []
+    # the sources are edited as the pool finishes: the runs stay those of the start
+    InlinePool = inline_pool(
+        jobs, lambda: monkeypatch.setattr(tr, "source_hash", lambda: "edited meanwhile"))
     real_train = tr.train
 
     def counting_train(task, seed, *args, **kwargs):
@@ -259,38 +261,23 @@ def test_train_many_submits_the_costliest_runs_first(tmp_path, monkeypatch):
     runs = [("addition", 0), ("reversal", 0), ("ordering", 0), ("indexing", 0), ("addition", 1)]
     done = tr.train_many(runs + [("reversal", 0), ("addition", 1)], TINY, device="cpu", cache_dir=tmp_path,
                          workers=2)  # duplicates are trained once
+    submitted = [job[:2] for job in jobs]
     lengths = [get_task(task).max_input_len for task, _ in submitted]
     assert sorted(submitted) == sorted(runs) and lengths == sorted(lengths, reverse=True)
     assert submitted[0] == ("reversal", 0) and set(done) == set(runs)
     assert sorted(trained) == sorted(runs) and not any(r.from_cache for r in done.values())
     # a task's own budget counts: ten times the steps put addition first
-    submitted.clear()
+    jobs.clear()
     monkeypatch.undo()
     monkeypatch.setattr(tr, "ProcessPoolExecutor", InlinePool)
     long_addition = replace(TINY, task_budgets=(("addition", TINY.steps * 10),))
     tr.train_many(runs, long_addition, device="cpu", cache_dir=tmp_path / "b", workers=2)
-    assert [task for task, _ in submitted[:2]] == ["addition", "addition"]
+    assert [job[0] for job in jobs[:2]] == ["addition", "addition"]
 
 
 def test_train_missing_pools_jobs_of_several_profiles(tmp_path, monkeypatch):
-    submitted = []
-
-    class Finished:
-        def result(self):
-            return None
-
-    class InlinePool:  # records the submission order and trains in this process
-        def __init__(self, *args, **kwargs):
-            pass
-
-        def submit(self, fn, *args):
-            submitted.append((args[0], args[1], args[2].name))
-            fn(*args)
-            return Finished()
-
-        def shutdown(self, wait=True, cancel_futures=False):
-            pass
-
+    jobs_seen = []
+    InlinePool = inline_pool(jobs_seen)
     monkeypatch.setattr(tr, "ProcessPoolExecutor", InlinePool)
     learned = replace(TINY, name="tiny-learned",
                       model=replace(TINY.model, pos_encoding="learned"),
@@ -298,6 +285,7 @@ def test_train_missing_pools_jobs_of_several_profiles(tmp_path, monkeypatch):
     jobs = [("reversal", 0, TINY), ("addition", 0, learned), ("addition", 0, TINY),
             ("reversal", 0, TINY)]  # listed twice: trained once
     trained = tr.train_missing(jobs, device="cpu", cache_dir=tmp_path, workers=2)
+    submitted = [(t, s, prof.name) for t, s, prof, *_ in jobs_seen]
     assert submitted == [("addition", 0, "tiny-learned"), ("reversal", 0, "tiny"),
                          ("addition", 0, "tiny")]  # the costliest first, across profiles
     assert sorted((t, s, p.name) for t, s, p in trained) == sorted(submitted)
