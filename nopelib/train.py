@@ -7,7 +7,7 @@ and cosine decay, and gradient clipping, then scored by the exact match of greed
 fixed prefix of the test split.
 
 Profiles are named, frozen configurations (``PROFILES``): ``cpu`` trains on a 2-core CPU in
-under 20 minutes, ``paper`` is the base 10.6 M model with a budget meant for one GPU. Nothing else in
+about 21 minutes cold, ``paper`` is the base 10.6 M model with a budget meant for one GPU. Nothing else in
 this module branches on the profile name.
 
 Finished runs are cached (weights as safetensors, metrics as JSON) under a key that hashes the
@@ -158,14 +158,16 @@ PROFILES: dict[str, TrainProfile] = {
     # The default, in the paper's regime on a 2-core CPU: a 4-layer, 96-wide NoPE model
     # (0.45 M parameters) whose initialisation shows the adjacency pattern (the token
     # embedding's std is 0.002, so the averaging theory's ratio rho is small; see the trained
-    # chapter), 2 seeds, evaluated on the whole test split, about 20 minutes cold on 2 cores.
+    # chapter), 2 seeds, evaluated on the whole test split.
     # Each task has its own budget, chosen on seed 0 while the 20-minute limit held:
     # addition, in batches of 64 at lr 3e-3, left its plateau after 1,750 steps, against
     # 2,750-7,000 steps in batches of 32 at lr 2e-3 to 4e-3; reversal learned in batches of
     # 32 at lr 2e-3 but stayed on its plateau for one seed of two in batches of 64 at 3e-3.
     # Indexing and ordering need far more than fits (the recipe study, nopelib.recipe, shows
-    # how much), so they get 500 steps, enough to show their plateau: at 1,000 the 8 runs
-    # took 21 minutes. Every run records a learning curve.
+    # how much), so they get 500 steps, enough to show their plateau. Cold, the 8 runs take
+    # about 21 minutes on 2 processes (1,257 s measured), at 500 steps as at 1,000: the
+    # critical path is addition then reversal on each worker, each run with its evaluation
+    # on the whole test split. Every run records a learning curve.
     "cpu": TrainProfile(
         name="cpu",
         model=GPTConfig(n_layer=4, n_head=4, n_embd=96, init_std=0.002),
