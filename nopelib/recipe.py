@@ -91,6 +91,31 @@ def _git_commit() -> str:
         return "unknown"
 
 
+def provenance(prog: str, argv: list[str] | None, start: float) -> dict:
+    """Where a hand-run study's numbers come from: the command, the git commit, the machine,
+    the torch version, the wall time since ``start`` (a perf_counter reading) and the date."""
+    import torch
+
+    return {
+        "command": f"{prog} " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "commit": _git_commit(),
+        "machine": f"{platform.node()}: {platform.processor() or platform.machine()}, "
+                   f"{os.cpu_count()} cores",
+        "torch": torch.__version__,
+        "wall_seconds": round(time.perf_counter() - start, 1),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def write_study(out: Path, result: dict) -> None:
+    """Write a study's JSON atomically: a reader never sees half a file."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=out.parent)
+    with os.fdopen(fd, "w") as f:
+        json.dump(result, f, indent=1)
+    os.replace(tmp, out)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m nopelib.recipe",
                                      description=__doc__.split("\n\n")[0])
@@ -103,18 +128,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     start = time.perf_counter()
     rows = run_study(args.profile, args.tasks, args.seeds, args.scale, args.device)
-    import torch
-
     result = {
         "provenance": {
-            "command": "python -m nopelib.recipe "
-                       + " ".join(argv if argv is not None else sys.argv[1:]),
-            "commit": _git_commit(),
-            "machine": f"{platform.node()}: {platform.processor() or platform.machine()}, "
-                       f"{os.cpu_count()} cores",
-            "torch": torch.__version__,
-            "wall_seconds": round(time.perf_counter() - start, 1),
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            **provenance("python -m nopelib.recipe", argv, start),
             "profile": args.profile,
             "scale": args.scale,
             # the profile as it stood: its numbers change between commits
@@ -123,11 +139,7 @@ def main(argv: list[str] | None = None) -> None:
         },
         "runs": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=args.out.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(result, f, indent=1)
-    os.replace(tmp, args.out)  # a reader never sees half a file
+    write_study(args.out, result)
     print(f"wrote {args.out}: {len(rows)} runs in {result['provenance']['wall_seconds']} s")
 
 
