@@ -7,8 +7,8 @@ and cosine decay, and gradient clipping, then scored by the exact match of greed
 fixed prefix of the test split.
 
 Profiles are named, frozen configurations (``PROFILES``): ``cpu`` trains on a 2-core CPU in
-about 21 minutes cold, ``paper`` is the base 10.6 M model with a budget meant for one GPU. Nothing else in
-this module branches on the profile name.
+about 19 minutes cold, ``paper`` is the base 10.6 M model with a budget meant for one GPU.
+Nothing else in this module branches on the profile name.
 
 Finished runs are cached (weights as safetensors, metrics as JSON) under a key that hashes the
 full model config, the profile's training fields, the task, the seed, the bytes of nopelib's
@@ -166,8 +166,9 @@ PROFILES: dict[str, TrainProfile] = {
     # and at 3,000 steps both seeds were at exact match 1.0 on the curve by step 2,400, so
     # it gets 2,500. Indexing and ordering need far more than fits (the recipe study,
     # nopelib.recipe, shows how much), so they get 500 steps, enough to show their plateau.
-    # Each worker's critical path is addition then reversal, each run with its learning
-    # curve (500 test examples every 100 steps) and its evaluation on the whole test split.
+    # Cold, the 8 runs take about 19 minutes on 2 processes (1,129 s measured); each
+    # worker's critical path is addition then reversal, each run with its learning curve
+    # (500 test examples every 100 steps) and its evaluation on the whole test split.
     "cpu": TrainProfile(
         name="cpu",
         model=GPTConfig(n_layer=4, n_head=4, n_embd=96, init_std=0.002),
