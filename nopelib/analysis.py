@@ -142,6 +142,17 @@ def similarity_matrices(model: GPT, text: str) -> np.ndarray:
     return cosine_similarity_matrix(states[:, 0]).numpy()
 
 
+LEARNED_AT = 0.9  # exact match on the whole test split, every seed: the task is learned
+
+
+def is_learned(metrics: Sequence[Mapping], n_test: int) -> bool:
+    """The book's learnedness criterion for one task: every seed's run (its metrics, with
+    ``accuracy`` and ``n_test``) reaches ``LEARNED_AT`` exact match on the whole test split
+    of ``n_test`` examples. Claims about trained models are made on learned tasks only."""
+    return bool(metrics) and all(m["accuracy"] >= LEARNED_AT and m["n_test"] == n_test
+                                 for m in metrics)
+
+
 def summarize(scores: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Mean and sample standard deviation along ``axis`` (ddof=1 where there are >= 2 values)."""
     mean = scores.mean(axis=axis)

@@ -24,7 +24,6 @@ import json
 import os
 import platform
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -35,6 +34,7 @@ import pandas as pd
 import torch
 
 from nopelib import analysis
+from nopelib.cache import commit_file
 from nopelib.model import GPTConfig
 from nopelib.recipe import _git_commit
 from nopelib.tasks import TASKS
@@ -151,14 +151,6 @@ def _train_and_score(grid: Grid, device: str, backend: str, address: str | None,
     return rows
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)  # a reader never sees half a file
-
-
 def write_summary(path: Path, provenance: dict, rows: list[dict]) -> None:
     """JSON (``{"provenance", "runs"}``) or, for a ``.csv`` path, CSV with the provenance as
     leading ``# key: value`` lines (values in JSON) and the per-layer scores as JSON lists."""
@@ -169,9 +161,9 @@ def write_summary(path: Path, provenance: dict, rows: list[dict]) -> None:
         writer.writeheader()
         writer.writerows({k: json.dumps(v) if isinstance(v, list) else v for k, v in r.items()}
                          for r in rows)
-        _write_atomic(path, out.getvalue())
+        commit_file(path, out.getvalue().encode())
     else:
-        _write_atomic(path, json.dumps({"provenance": provenance, "runs": rows}, indent=1))
+        commit_file(path, json.dumps({"provenance": provenance, "runs": rows}, indent=1).encode())
 
 
 def load_summary(path: str | Path) -> tuple[dict, pd.DataFrame]:

@@ -20,12 +20,12 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+from nopelib.cache import commit_file
 from nopelib.model import GPTConfig
 from nopelib.tasks import TASKS
 from nopelib.train import PROFILES, TrainProfile, get_profile, train_many, train_missing
@@ -109,11 +109,7 @@ def provenance(prog: str, argv: list[str] | None, start: float) -> dict:
 
 def write_study(out: Path, result: dict) -> None:
     """Write a study's JSON atomically: a reader never sees half a file."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=out.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(result, f, indent=1)
-    os.replace(tmp, out)
+    commit_file(out, json.dumps(result, indent=1).encode())
 
 
 def main(argv: list[str] | None = None) -> None:

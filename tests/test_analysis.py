@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from nopelib.analysis import (config_scores, layer_scores, length_groups, length_scores,
-                              long_sequence, mean_std_table, random_model, sample_inputs,
-                              seed_series, similarity_matrices, slider_frames, task_scores)
+from nopelib.analysis import (LEARNED_AT, config_scores, is_learned, layer_scores,
+                              length_groups, length_scores, long_sequence, mean_std_table,
+                              random_model, sample_inputs, seed_series, similarity_matrices,
+                              slider_frames, task_scores)
 from nopelib.metrics import adjacency_score, cosine_similarity_matrix
 from nopelib.model import GPTConfig
 from nopelib.tasks import TASKS, encode_inputs
@@ -179,3 +180,11 @@ def test_student_t_quantile_and_seed_interval() -> None:
     assert h_new == pytest.approx(4.303 * math.sqrt(4 / 3), abs=1e-3)
     with pytest.raises(ValueError, match="values"):
         seed_interval([1.0])
+
+
+def test_a_task_is_learned_only_when_every_seed_passes_on_the_whole_split():
+    run = {"accuracy": LEARNED_AT, "n_test": 100}
+    assert is_learned([run, {**run, "accuracy": 1.0}], n_test=100)
+    assert not is_learned([run, {**run, "accuracy": 0.89}], n_test=100)
+    assert not is_learned([run, {**run, "n_test": 50}], n_test=100)  # a prefix
+    assert not is_learned([], n_test=100)
