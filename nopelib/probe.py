@@ -43,6 +43,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from nopelib.claims import t_interval
 from nopelib.metrics import embedding_variance, nrmse, pearson_r
 from nopelib.model import GPT
 from nopelib.tasks import encode, encode_batch, make_split
@@ -461,28 +462,12 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
     return stats.unstack("features")
 
 
-def bootstrap_mean_ci(values: np.ndarray, n_boot: int = 10_000, level: float = 0.95,
-                      seed: int = 0) -> tuple[float, float, float]:
-    """Mean of ``values`` and its percentile bootstrap interval at ``level`` (resampling the
-    values with replacement ``n_boot`` times)."""
-    v = np.asarray(values, dtype=np.float64)
-    if v.ndim != 1 or len(v) < 2 or not np.isfinite(v).all():
-        raise ValueError(f"values must be >= 2 finite numbers in one dimension; got {v!r}")
-    if not _is_count(n_boot):
-        raise ValueError(f"n_boot={n_boot!r} must be a positive integer")
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level={level!r} must be in (0, 1)")
-    rng = np.random.default_rng(seed)
-    means = v[rng.integers(len(v), size=(n_boot, len(v)))].mean(1)  # [n_boot]
-    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
-    return float(v.mean()), float(lo), float(hi)
-
-
-def paired_differences(table: pd.DataFrame, unit: str = "seed", a: str = "cosine",
-                       b: str = "variance") -> pd.DataFrame:
+def paired_differences(table: pd.DataFrame, unit: str | list[str] = "seed",
+                       a: str = "cosine", b: str = "variance") -> pd.DataFrame:
     """Feature set ``a`` minus ``b`` for NRMSE and R, paired within each (layer, ``unit``) (same
-    model, data and split): one row per pair, columns layer, ``unit``, d_nrmse, d_r."""
-    keys = ["layer", unit]
+    model, data and split; ``unit`` may name several columns, e.g. model and probe seed): one
+    row per pair, columns layer, the unit columns, d_nrmse, d_r."""
+    keys = ["layer", *([unit] if isinstance(unit, str) else unit)]
     wide = table[table.features.isin([a, b])].pivot_table(
         index=keys, columns="features", values=["nrmse", "r"])
     if wide.isna().any().any() or {a, b} - set(wide.columns.get_level_values(1)):
@@ -491,39 +476,17 @@ def paired_differences(table: pd.DataFrame, unit: str = "seed", a: str = "cosine
                          "d_r": wide[("r", a)] - wide[("r", b)]}).reset_index()
 
 
-def compare_features(table: pd.DataFrame, unit: str = "seed", n_boot: int = 10_000,
+def metric_intervals(table: pd.DataFrame, unit: str = "seed",
                      level: float = 0.95) -> pd.DataFrame:
-    """Cosine minus variance per layer: mean paired difference of NRMSE and R over ``unit``
-    with bootstrap intervals, and the verdict on each metric: "cosine" where the interval
-    excludes 0 in cosine's favour (lower NRMSE, higher R), "variance" where it excludes 0 the
-    other way, "unresolved" where it holds 0. ``claim`` is True where both say "cosine"."""
-    diffs = paired_differences(table, unit)
+    """Mean NRMSE and R per (layer, feature set) over models (``unit``; rows of one model,
+    e.g. its probe seeds, are averaged first), each with its Student t interval at ``level``
+    (``claims.t_interval``): columns nrmse, nrmse lo, nrmse hi, r, r lo, r hi, n."""
+    per_unit = table.groupby(["layer", "features", unit], as_index=False)[["nrmse", "r"]].mean()
     rows = []
-    for layer, group in diffs.groupby("layer"):
-        row = dict(layer=layer, n=len(group))
-        for metric, sign in (("nrmse", -1.0), ("r", 1.0)):
-            mean, lo, hi = bootstrap_mean_ci(group[f"d_{metric}"].to_numpy(), n_boot, level,
-                                             seed=int(layer))
-            row.update({f"d_{metric}": mean, f"d_{metric} lo": lo, f"d_{metric} hi": hi})
-            favour, against = (lo > 0, hi < 0) if sign > 0 else (hi < 0, lo > 0)
-            row[f"{metric} verdict"] = ("cosine" if favour else "variance" if against
-                                        else "unresolved")
-        rows.append(row)
-    out = pd.DataFrame(rows).set_index("layer")
-    out["claim"] = (out["nrmse verdict"] == "cosine") & (out["r verdict"] == "cosine")
-    return out
-
-
-def metric_intervals(table: pd.DataFrame, n_boot: int = 10_000,
-                     level: float = 0.95) -> pd.DataFrame:
-    """Mean NRMSE and R per (layer, feature set) over the table's rows (seeds), each with its
-    bootstrap interval: columns nrmse, nrmse lo, nrmse hi, r, r lo, r hi, n."""
-    rows = []
-    for (layer, kind), group in table.groupby(["layer", "features"]):
+    for (layer, kind), group in per_unit.groupby(["layer", "features"]):
         row = dict(layer=layer, features=kind, n=len(group))
         for metric in ("nrmse", "r"):
-            mean, lo, hi = bootstrap_mean_ci(group[metric].to_numpy(), n_boot, level,
-                                             seed=int(layer))
+            mean, lo, hi = t_interval(group[metric].to_numpy(), level)
             row.update({metric: mean, f"{metric} lo": lo, f"{metric} hi": hi})
         rows.append(row)
     return pd.DataFrame(rows).set_index(["layer", "features"])

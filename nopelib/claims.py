@@ -1,0 +1,228 @@
+"""The paper's claims as decision rules, fixed before the data they judge.
+
+Every rule has the same shape. A claim is a family of tests; each test is a statistic measured
+once per unit (the unit is the model: one seed's trained or initialised model, with anything
+measured several times on one model averaged first) and a bound the claim says it lies beyond.
+
+- Interval: the mean over units with a Student t interval (n - 1 degrees of freedom). At the
+  3 to 5 seeds a CPU can train this is the honest choice: a percentile bootstrap over 5 values
+  has 126 distinct resamples and covers well below its nominal level.
+- Correction: the intervals of one family are simultaneous (Bonferroni): each is taken at level
+  1 - ALPHA / m for a family of m tests, so the family errs with probability at most ALPHA.
+  A family is one claim over every task and layer it is judged on.
+- Verdict of a test: "holds" when its interval lies wholly on the claim's side of the bound,
+  "fails" when it lies wholly on the other side, "cannot tell" otherwise (and with fewer than
+  MIN_UNITS units). A claim holds on a task when all its tests there hold, fails when any
+  fails, and otherwise the data cannot tell.
+
+The chapters report these verdicts as computed, beside the paper's statement; they do not pin
+them, since a verdict is a finding. What a chapter asserts is that the rule ran on something:
+judging a claim on no task raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from nopelib.analysis import LEARNED_AT
+
+ALPHA = 0.05  # family-wise error of each claim
+CHANCE = 0.5  # adjacency score of random order
+KEEPS_AT = 0.8  # the bottom of the paper's layer-1 range (0.8-1.0)
+MIN_UNITS = 2  # a t interval needs two units; with fewer every test cannot tell
+# a run is past its plateau with margin when its learning curve is at LEARNED_AT or above
+# from some step on to the end, and that step leaves at least this share of the budget
+PLATEAU_TAIL = 0.25
+
+VERDICTS = ("holds", "fails", "cannot tell")
+
+
+def t_interval(values: Sequence[float], level: float) -> tuple[float, float, float]:
+    """Mean of ``values`` (one per unit) and its two-sided Student t interval at ``level``;
+    the interval is (nan, nan) with fewer than MIN_UNITS values."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim != 1 or not np.isfinite(v).all():
+        raise ValueError(f"values must be finite numbers in one dimension; got {v!r}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level={level!r} must be in (0, 1)")
+    if len(v) < MIN_UNITS:
+        return (float(v.mean()) if len(v) else float("nan")), float("nan"), float("nan")
+    half = stats.t.ppf(0.5 + level / 2, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))
+    return float(v.mean()), float(v.mean() - half), float(v.mean() + half)
+
+
+def test_verdict(lo: float, hi: float, bound: float, above: bool) -> str:
+    """A test's verdict from its interval: the claim says the statistic is above ``bound``
+    (``above``) or below it."""
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return "cannot tell"
+    if (lo > bound) if above else (hi < bound):
+        return "holds"
+    if (hi < bound) if above else (lo > bound):
+        return "fails"
+    return "cannot tell"
+
+
+def judge(tests: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
+    """Intervals and verdicts for a family of tests. ``tests`` has one row per (test, unit):
+    columns ``test`` (a label; the other non-value columns are kept), ``value``, ``bound``,
+    ``above``. Returns one row per test: mean, lo, hi, n, level, verdict."""
+    keys = [c for c in tests.columns if c not in ("value", "unit")]
+    groups = tests.groupby(keys, sort=False)
+    m = groups.ngroups
+    if m == 0:
+        raise ValueError("judge: the family holds no test")
+    level = 1 - alpha / m
+    rows = []
+    for key, group in groups:
+        mean, lo, hi = t_interval(group["value"].to_numpy(), level)
+        row = dict(zip(keys, key))
+        row.update(mean=mean, lo=lo, hi=hi, n=len(group), level=level,
+                   verdict=test_verdict(lo, hi, row["bound"], bool(row["above"])))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def combine(verdicts: Sequence[str]) -> str:
+    """A claim's verdict on one task from its tests' verdicts."""
+    verdicts = list(verdicts)
+    if not verdicts:
+        raise ValueError("combine: no test verdicts")
+    if all(v == "holds" for v in verdicts):
+        return "holds"
+    return "fails" if "fails" in verdicts else "cannot tell"
+
+
+# ---------------------------------------------------------------------------------------------
+# trained models
+
+
+def past_plateau(steps: Sequence[int], accuracy: Sequence[float], budget: int) -> dict:
+    """Where one run's learning curve reached LEARNED_AT for good, and the margin after it:
+    ``learned_from`` (first curve step from which every later point is >= LEARNED_AT, or
+    None), ``tail`` (share of ``budget`` after that step) and ``with_margin`` (the tail is at
+    least PLATEAU_TAIL)."""
+    acc = np.asarray(accuracy, dtype=np.float64)
+    if len(steps) != len(acc) or not len(acc):
+        raise ValueError("past_plateau: steps and accuracy must be non-empty and of one length")
+    below = np.flatnonzero(acc < LEARNED_AT)
+    start = 0 if not len(below) else below[-1] + 1
+    if start == len(acc):
+        return dict(learned_from=None, tail=0.0, with_margin=False)
+    tail = 1 - steps[start] / budget
+    return dict(learned_from=int(steps[start]), tail=float(tail),
+                with_margin=bool(tail >= PLATEAU_TAIL))
+
+
+# The trained-model claims (PAPER.md, results 2 and 4) as readings, each a family of tests
+# on the per-seed adjacency scores [seeds, L+1] of the same inputs before and after training
+TRAINED_CLAIMS = (
+    ("2: the pattern holds after training", "every layer above chance (0.5)"),
+    ("2: the pattern holds after training", "every layer above the format's layer 0"),
+    ("4: the first layers keep it", "layer 1 at least 0.8"),
+    ("4: later layers weaken it", "last layer below layer 1"),
+    ("4: later layers weaken it", "last layer below its initialisation"),
+)
+
+
+def _trained_tests(task: str, before: np.ndarray, after: np.ndarray) -> list[dict]:
+    last = after.shape[1] - 1
+    layers = range(1, last + 1)
+    # (claim, reading, layer, statistic per seed [seeds], bound); every claim says "above"
+    tests = [(*TRAINED_CLAIMS[0], i, after[:, i], CHANCE) for i in layers]
+    tests += [(*TRAINED_CLAIMS[1], i, after[:, i] - after[:, 0], 0.0) for i in layers]
+    tests += [(*TRAINED_CLAIMS[2], 1, after[:, 1], KEEPS_AT),
+              (*TRAINED_CLAIMS[3], last, after[:, 1] - after[:, last], 0.0),
+              (*TRAINED_CLAIMS[4], last, before[:, last] - after[:, last], 0.0)]
+    return [dict(claim=claim, reading=reading, task=task, layer=layer, bound=bound,
+                 above=True, unit=unit, value=value)
+            for claim, reading, layer, values, bound in tests
+            for unit, value in enumerate(values)]
+
+
+def trained_claims(before: Mapping[str, np.ndarray], after: Mapping[str, np.ndarray],
+                   tasks: Sequence[str], alpha: float = ALPHA) -> pd.DataFrame:
+    """Every test of the trained-model claims on ``tasks`` (the learned tasks of the claim
+    set): per-seed adjacency scores [seeds, L+1] before and after training, one family per
+    reading over tasks and layers. One row per test: claim, reading, task, layer, the
+    statistic's mean, its simultaneous interval (lo, hi), n seeds, level and verdict.
+    Raises when ``tasks`` is empty: a claim judged on nothing has not been tested."""
+    tasks = list(tasks)
+    if not tasks:
+        raise ValueError("no learned task in the claim set: the trained-model claims have "
+                         "nothing to be judged on (see which runs did not learn)")
+    rows = []
+    for task in tasks:
+        b, a = np.asarray(before[task], float), np.asarray(after[task], float)
+        if a.ndim != 2 or a.shape != b.shape or a.shape[1] < 2:
+            raise ValueError(f"{task}: scores before {b.shape} and after {a.shape} must be "
+                             "[seeds, layers + 1] of one shape")
+        rows += _trained_tests(task, b, a)
+    tests = pd.DataFrame(rows)
+    return pd.concat([judge(group, alpha) for _, group in tests.groupby("reading", sort=False)],
+                     ignore_index=True)
+
+
+def claim_table(tests: pd.DataFrame) -> pd.DataFrame:
+    """One verdict per (claim, reading, task) from ``trained_claims``'s tests, with the
+    weakest test's interval (the one nearest to failing) as the evidence shown."""
+    rows = []
+    for (claim, reading, task), group in tests.groupby(["claim", "reading", "task"],
+                                                       sort=False):
+        margin = np.where(group["above"], group["lo"] - group["bound"],
+                          group["bound"] - group["hi"])
+        worst = group.iloc[int(np.nanargmin(margin)) if np.isfinite(margin).any() else 0]
+        rows.append(dict(claim=claim, reading=reading, task=task,
+                         verdict=combine(group["verdict"]), tests=len(group),
+                         n=int(group["n"].min()), weakest_layer=int(worst["layer"]),
+                         mean=worst["mean"], lo=worst["lo"], hi=worst["hi"],
+                         level=worst["level"]))
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# probes (PAPER.md, result 5)
+
+PROBE_CLAIM = "5: cosine features predict position better than variance features"
+
+
+def probe_claims(diffs: pd.DataFrame, model: str, layers: Sequence[int] | None = None,
+                 group: str | None = None, alpha: float = ALPHA) -> pd.DataFrame:
+    """The probe claim per layer (and per ``group``, e.g. the task), the model as the unit.
+
+    ``diffs`` holds paired differences cosine minus variance (columns layer, ``model``,
+    d_nrmse, d_r; several rows per model, e.g. probe seeds, are averaged first). The claim
+    says d_nrmse < 0 and d_r > 0; both metrics at every layer in ``layers`` (default: all
+    but 0) and group are one family. One row per (group, layer): each metric's mean,
+    interval and verdict, and the layer's verdict ("cosine" where the claim holds on both
+    metrics, "variance" where either metric fails it, else "cannot tell")."""
+    keys = ([group] if group else []) + ["layer", model]
+    per_model = diffs.groupby(keys, as_index=False)[["d_nrmse", "d_r"]].mean()
+    if layers is None:
+        layers = sorted(layer for layer in per_model["layer"].unique() if layer != 0)
+    per_model = per_model[per_model["layer"].isin(list(layers))]
+    if per_model.empty:
+        raise ValueError(f"probe_claims: no paired differences at layers {list(layers)}")
+    tests = pd.concat([
+        pd.DataFrame({"group": per_model[group] if group else "", "layer": per_model["layer"],
+                      "metric": metric, "bound": 0.0, "above": above,
+                      "unit": per_model[model], "value": per_model[f"d_{metric}"]})
+        for metric, above in (("nrmse", False), ("r", True))], ignore_index=True)
+    judged = judge(tests, alpha)
+    rows = []
+    for (grp, layer), both in judged.groupby(["group", "layer"], sort=False):
+        row = {group: grp} if group else {}
+        row["layer"] = layer
+        for _, t in both.iterrows():
+            m = t["metric"]
+            row.update({f"d_{m}": t["mean"], f"d_{m} lo": t["lo"], f"d_{m} hi": t["hi"],
+                        f"{m} verdict": t["verdict"]})
+        row.update(n=int(both["n"].min()), level=both["level"].iloc[0])
+        verdict = combine(both["verdict"])
+        row["verdict"] = {"holds": "cosine", "fails": "variance"}.get(verdict, verdict)
+        rows.append(row)
+    return pd.DataFrame(rows).set_index(([group] if group else []) + ["layer"])

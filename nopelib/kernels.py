@@ -1,0 +1,185 @@
+"""Does a verdict depend on the CPU's float kernels? The trained and probes chapters, run under
+two kernel sets on one machine.
+
+Float results depend on which kernels the CPU runs (AVX-512, AVX2 or torch's plain ones), and
+a training run amplifies the last bits into other weights. torch, MKL and oneDNN let one
+machine choose its kernels, so this check trains the live profile twice, each time in a cache
+of its own, and runs both chapters against each:
+
+- ``native``: the machine's own kernels;
+- ``avx2``: ``ATEN_CPU_CAPABILITY=avx2`` (``=default`` on a CPU whose best is AVX2) with
+  ``MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2``.
+
+It passes when every chapter passes under both sets and every verdict is the same under both;
+the accuracy and the claims' numbers are printed side by side. It trains the profile twice
+(about 35 minutes each on two cores), so it runs by hand, not in the default test run:
+
+    python -m nopelib.kernels --out /tmp/kernels
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from nopelib import cache, claims
+from nopelib.analysis import is_learned, layer_scores, random_model, sample_inputs
+from nopelib.tasks import TASKS
+from nopelib.train import PROFILES, train_many
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTERS = ("trained", "probes")
+TAG = "kernelcheck"  # chapter cells whose text output is compared between kernel sets
+
+
+def kernel_sets(capability: str | None = None) -> dict[str, dict[str, str]]:
+    """The two kernel sets' environment variables: native, and the next set down (AVX2 on a
+    CPU above it, torch's plain kernels on an AVX2 one)."""
+    capability = capability or torch.backends.cpu.get_cpu_capability()
+    lower = "default" if capability in ("AVX2", "DEFAULT", "NO AVX") else "avx2"
+    return {"native": {},
+            "avx2": {"ATEN_CPU_CAPABILITY": lower, "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+                     "ONEDNN_MAX_CPU_ISA": "AVX2"}}
+
+
+def summarize(profile: str = "cpu", n_analysis: int = 64) -> dict:
+    """What the trained chapter computes, under this process's kernels: accuracy per task and
+    seed and the trained-model claims' tests (same runs, inputs and rule as the chapter)."""
+    prof = PROFILES[profile]
+    runs = train_many([(t, s) for t in TASKS for s in prof.seeds], profile)
+    learned = [t for t in TASKS if is_learned([runs[t, s].metrics for s in prof.seeds],
+                                              prof.n_test)]
+    judged = [t for t in prof.claim_tasks if t in learned]
+    before, after = {}, {}
+    for task in judged:
+        texts = sample_inputs(task, n_analysis, seed=12345)  # the chapter's inputs
+        before[task] = np.stack([layer_scores(random_model(prof.model, seed=s), texts).mean(0)
+                                 for s in prof.seeds])
+        after[task] = np.stack([layer_scores(runs[task, s].model, texts).mean(0)
+                                for s in prof.seeds])
+    tests = claims.claim_table(claims.trained_claims(before, after, judged)) if judged else None
+    return {
+        "capability": torch.backends.cpu.get_cpu_capability(),
+        "accuracy": {f"{t} seed {s}": runs[t, s].metrics["accuracy"]
+                     for t in TASKS for s in prof.seeds},
+        "learned": learned,
+        "claims": [] if tests is None else tests[
+            ["task", "reading", "verdict", "mean", "lo", "hi"]].to_dict("records"),
+    }
+
+
+def tagged_outputs(notebook: Path) -> list[str]:
+    """The text output of every cell tagged TAG in an executed notebook."""
+    cells = json.loads(notebook.read_text())["cells"]
+    texts = []
+    for cell in cells:
+        if TAG in cell.get("metadata", {}).get("tags", []):
+            for out in cell.get("outputs", []):
+                text = out.get("data", {}).get("text/plain") or out.get("text") or ""
+                texts.append("".join(text))
+    return texts
+
+
+def run_set(name: str, env_vars: dict[str, str], out: Path, chapters: list[str]) -> dict:
+    """Run the chapters and the summary under one kernel set, in its own cache."""
+    where = out / name
+    env = {**os.environ, **env_vars, cache.CACHE_ENV: str(where / "cache")}
+    env.pop("NOPELIB_MEMO", None)
+    result = {"env": env_vars, "chapters": {}}
+    for chapter in chapters:
+        t0 = time.perf_counter()
+        executed = where / f"{chapter}.ipynb"
+        proc = subprocess.run(
+            [sys.executable, "-m", "papermill", str(ROOT / "book" / f"{chapter}.ipynb"),
+             str(executed), "--cwd", str(ROOT / "book"), "--no-progress-bar"],
+            env=env, capture_output=True, text=True)
+        result["chapters"][chapter] = {
+            "passed": proc.returncode == 0, "seconds": round(time.perf_counter() - t0, 1),
+            "error": proc.stderr[-3000:] if proc.returncode else "",
+            "tagged": tagged_outputs(executed) if executed.is_file() else []}
+        print(f"[{name}] {chapter}: {'passed' if proc.returncode == 0 else 'FAILED'} "
+              f"in {result['chapters'][chapter]['seconds']:.0f} s", flush=True)
+    proc = subprocess.run([sys.executable, "-m", "nopelib.kernels", "--summarize"], env=env,
+                          capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"[{name}] summary failed:\n{proc.stderr[-3000:]}")
+    result["summary"] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def compare(results: dict[str, dict]) -> tuple[bool, str]:
+    """Side-by-side report of the kernel sets, and whether the check passes: every chapter
+    passed under every set, and the verdicts (claims and tagged chapter outputs) agree."""
+    names = list(results)
+    lines = ["kernel sets: " + ", ".join(
+        f"{n} ({results[n]['summary']['capability']}, env {results[n]['env'] or 'none'})"
+        for n in names), "", "accuracy | " + " | ".join(names)]
+    first = results[names[0]]["summary"]
+    for run in first["accuracy"]:
+        lines.append(f"{run} | " + " | ".join(
+            f"{results[n]['summary']['accuracy'][run]:.4f}" for n in names))
+    lines += ["", "learned: " + " | ".join(f"{n}: {results[n]['summary']['learned']}"
+                                           for n in names), "", "claim | " + " | ".join(names)]
+    ok = True
+    verdicts = {n: {(c["task"], c["reading"]): c for c in results[n]["summary"]["claims"]}
+                for n in names}
+    for key in sorted(set().union(*verdicts.values())):
+        cells = [verdicts[n].get(key) for n in names]
+        lines.append(f"{key[0]}, {key[1]} | " + " | ".join(
+            f"{c['verdict']} ({c['mean']:.3f} [{c['lo']:.3f}, {c['hi']:.3f}])" if c else "absent"
+            for c in cells))
+        ok &= len({c["verdict"] if c else None for c in cells}) == 1
+    for chapter in results[names[0]]["chapters"]:
+        status = [results[n]["chapters"][chapter] for n in names]
+        lines.append(f"\nchapter {chapter}: " + " | ".join(
+            f"{n}: {'passed' if s['passed'] else 'FAILED'} ({s['seconds']:.0f} s)"
+            for n, s in zip(names, status)))
+        ok &= all(s["passed"] for s in status)
+        if len({tuple(s["tagged"]) for s in status}) > 1:
+            ok = False
+            lines.append(f"  the {TAG} outputs of {chapter} differ between kernel sets:")
+        for n, s in zip(names, status):
+            lines += [f"  [{n}] {text}" for text in s["tagged"]]
+            if s["error"]:
+                lines.append(f"  [{n}] error: {s['error']}")
+    lines.append("\nkernel check: " + ("PASSED: every chapter passed and every verdict agrees"
+                                        if ok else "FAILED"))
+    return ok, "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m nopelib.kernels", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, help="folder for each set's cache and notebooks")
+    parser.add_argument("--chapters", nargs="*", default=list(CHAPTERS), choices=CHAPTERS)
+    parser.add_argument("--sets", nargs="+", default=["native", "avx2"],
+                        choices=["native", "avx2"])
+    parser.add_argument("--summarize", action="store_true",
+                        help="print this process's summary as JSON (used by each set)")
+    args = parser.parse_args(argv)
+    if args.summarize:
+        print(json.dumps(summarize()))
+        return 0
+    if args.out is None:
+        parser.error("--out is required")
+    if args.out.exists() and not args.out.is_dir():
+        parser.error(f"--out={args.out} exists and is not a directory")
+    args.out.mkdir(parents=True, exist_ok=True)
+    sets = kernel_sets()
+    results = {name: run_set(name, sets[name], args.out, args.chapters) for name in args.sets}
+    ok, report = compare(results)
+    cache.commit_file(args.out / "kernels.json", json.dumps(results, indent=1).encode())
+    print(report)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

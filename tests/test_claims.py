@@ -1,0 +1,120 @@
+"""Tests of the claim rules: t intervals, the Bonferroni family, verdicts, the learnedness
+margin, and the refusal to judge a claim on nothing."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from nopelib import claims
+
+
+def test_t_interval_matches_the_textbook():
+    # n = 3, mean 2, sd 1: half-width t_{0.975, 2} / sqrt(3) = 4.3027 / 1.7321
+    mean, lo, hi = claims.t_interval([1.0, 2.0, 3.0], 0.95)
+    assert mean == 2.0 and hi - mean == pytest.approx(2.4841, abs=1e-4)
+    assert mean - lo == pytest.approx(hi - mean)
+    # wider at a higher level and with fewer units
+    assert claims.t_interval([1.0, 2.0, 3.0], 0.99)[2] > hi
+    assert np.isnan(claims.t_interval([1.0], 0.95)[1])
+    with pytest.raises(ValueError, match="level="):
+        claims.t_interval([1.0, 2.0], 1.5)
+    with pytest.raises(ValueError, match="finite"):
+        claims.t_interval([1.0, float("nan")], 0.95)
+
+
+def test_test_verdicts():
+    assert claims.test_verdict(0.6, 0.9, 0.5, above=True) == "holds"
+    assert claims.test_verdict(0.1, 0.4, 0.5, above=True) == "fails"
+    assert claims.test_verdict(0.4, 0.6, 0.5, above=True) == "cannot tell"
+    assert claims.test_verdict(-0.3, -0.1, 0.0, above=False) == "holds"
+    assert claims.test_verdict(float("nan"), float("nan"), 0.0, above=True) == "cannot tell"
+    assert claims.combine(["holds", "holds"]) == "holds"
+    assert claims.combine(["holds", "cannot tell"]) == "cannot tell"
+    assert claims.combine(["holds", "fails", "cannot tell"]) == "fails"
+
+
+def test_family_is_corrected():
+    rows = [dict(test=t, bound=0.0, above=True, unit=u, value=v)
+            for t in range(4) for u, v in enumerate([0.9, 1.0, 1.1])]
+    one = claims.judge(pd.DataFrame(rows[:3]))
+    four = claims.judge(pd.DataFrame(rows))
+    assert one["level"].iloc[0] == pytest.approx(0.95)
+    np.testing.assert_allclose(four["level"], 1 - 0.05 / 4)
+    assert (four["hi"] - four["lo"]).iloc[0] > (one["hi"] - one["lo"]).iloc[0]
+
+
+def _scores(layer1: float, last: float, seeds: int = 3, noise: float = 0.01) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    base = np.array([0.6, layer1, 0.85, 0.85, last])
+    return base + noise * rng.standard_normal((seeds, 5))  # [seeds, L+1]
+
+
+def test_trained_claims_readings():
+    before = _scores(0.85, 0.9)
+    strong = claims.claim_table(claims.trained_claims(
+        {"reversal": before}, {"reversal": _scores(0.95, 0.7)}, ["reversal"]))
+    assert set(strong["verdict"]) == {"holds"}
+    assert len(strong) == len(claims.TRAINED_CLAIMS)
+    # a first layer that fell below 0.8 and a last layer above layer 1: both readings fail
+    weak = claims.claim_table(claims.trained_claims(
+        {"reversal": before}, {"reversal": _scores(0.7, 0.95)}, ["reversal"]))
+    verdicts = dict(zip(weak["reading"], weak["verdict"]))
+    assert verdicts["layer 1 at least 0.8"] == "fails"
+    assert verdicts["last layer below layer 1"] == "fails"
+    assert verdicts["last layer below its initialisation"] == "fails"
+    # noise the size of the effect: nothing can be told
+    noisy = claims.claim_table(claims.trained_claims(
+        {"reversal": before}, {"reversal": _scores(0.82, 0.8, noise=0.2)}, ["reversal"]))
+    assert (noisy.loc[noisy["reading"] == "last layer below layer 1", "verdict"]
+            == "cannot tell").all()
+
+
+def test_trained_claims_refuse_no_task():
+    with pytest.raises(ValueError, match="no learned task"):
+        claims.trained_claims({}, {}, [])
+    with pytest.raises(ValueError, match="one shape"):
+        claims.trained_claims({"reversal": np.ones((3, 5))}, {"reversal": np.ones((2, 5))},
+                              ["reversal"])
+
+
+def test_two_seeds_cannot_decide_a_small_effect():
+    # at n = 2 a t interval has one degree of freedom: a 0.05 drop with a 0.02 spread is
+    # not enough, where the same values at n = 5 are
+    two = claims.judge(pd.DataFrame(
+        [dict(test=0, bound=0.0, above=True, unit=u, value=v) for u, v in enumerate([0.04, 0.06])]))
+    five = claims.judge(pd.DataFrame(
+        [dict(test=0, bound=0.0, above=True, unit=u, value=v)
+         for u, v in enumerate([0.04, 0.06, 0.05, 0.045, 0.055])]))
+    assert two["verdict"].iloc[0] == "cannot tell" and five["verdict"].iloc[0] == "holds"
+
+
+def test_past_plateau():
+    steps = [100, 200, 300, 400]
+    assert claims.past_plateau(steps, [0.1, 0.95, 0.97, 1.0], 400) == dict(
+        learned_from=200, tail=0.5, with_margin=True)
+    # a dip below the line restarts the count; reaching it only at the end is no margin
+    late = claims.past_plateau(steps, [0.1, 0.95, 0.5, 0.99], 400)
+    assert late["learned_from"] == 400 and not late["with_margin"]
+    assert claims.past_plateau(steps, [0.1] * 4, 400)["learned_from"] is None
+    with pytest.raises(ValueError, match="one length"):
+        claims.past_plateau(steps, [0.1], 400)
+
+
+def test_probe_claims_average_probe_seeds_per_model():
+    rows = []
+    for model in range(3):
+        for probe_seed in range(4):  # 4 probe seeds per model: still 3 units
+            for layer in (0, 1, 2):
+                d = -0.1 if layer == 1 else 0.1 if layer == 2 else 0.0
+                rows.append(dict(task="reversal", layer=layer, model_seed=model,
+                                 seed=probe_seed, d_nrmse=d + 0.01 * model,
+                                 d_r=-d + 0.01 * probe_seed))
+    out = claims.probe_claims(pd.DataFrame(rows), model="model_seed", group="task")
+    assert list(out.index.get_level_values("layer")) == [1, 2]  # layer 0 is a control
+    assert (out["n"] == 3).all()
+    assert out.loc[("reversal", 1), "verdict"] == "cosine"
+    assert out.loc[("reversal", 2), "verdict"] == "variance"
+    # both metrics at both layers: a family of 4
+    assert out["level"].iloc[0] == pytest.approx(1 - 0.05 / 4)
+    with pytest.raises(ValueError, match="no paired"):
+        claims.probe_claims(pd.DataFrame(rows), model="model_seed", layers=[7])
