@@ -55,7 +55,8 @@ def recorded_profile(provenance: dict) -> TrainProfile:
     fields = dict(provenance["training"])
     return TrainProfile(**{
         **fields, "model": GPTConfig(**fields["model"]), "betas": tuple(fields["betas"]),
-        "task_budgets": tuple(tuple(b) for b in fields["task_budgets"])})
+        "task_budgets": tuple(tuple(b) for b in fields["task_budgets"]),
+        "claim_tasks": tuple(fields.get("claim_tasks", ()))})
 
 
 def run_study(profile: str | TrainProfile, tasks: list[str], seeds: list[int], scale: int,
