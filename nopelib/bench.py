@@ -12,7 +12,7 @@ library's own code paths:
 - ``adjacency``: ``metrics.adjacency_score`` on every layer of one long sequence, T = 32 ...
   4096, against the plain-loop definition the tests use (``adjacency_score_reference``).
 - ``parallel``: cpu-profile runs one after another against one process per core
-  (``train.train_many``'s scheme), process start included.
+  (``launch.train_many``'s scheme), process start included.
 - ``evaluation``: ``train.greedy_accuracy`` against ``train.evaluate`` (teacher forcing); their
   accuracies must agree.
 - ``probe``: ``probe.model_states`` and one ``probe.fit_probe`` per feature set.
@@ -47,14 +47,17 @@ import torch
 import yaml
 
 from nopelib.analysis import long_sequence, random_model, similarity_matrices
+from nopelib.cache import commit_file
 from nopelib.memo import MEMO_ENV
 from nopelib.metrics import adjacency_score, adjacency_score_reference
 from nopelib.model import GPTConfig
+from nopelib.params import OutPath, check_args
 from nopelib.probe import (FEATURE_SETS, ProbeConfig, RidgeConfig, features, fit_probe,
                            model_states, random_token_sequences, window_positions)
 from nopelib.tasks import CHARS, TASKS, encode_batch, encode_inputs, make_split
-from nopelib.train import (PROFILES, adamw, evaluate, greedy_accuracy, resolve_device, train,
-                           train_many, train_step)
+from nopelib.launch import train_many
+from nopelib.profiles import PROFILES
+from nopelib.train import adamw, evaluate, greedy_accuracy, resolve_device, train, train_step
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -177,7 +180,7 @@ def bench_train(config: GPTConfig, sizes: Sizes, device: torch.device) -> dict:
     for v in train_variants(device, sizes.compile):
         model = random_model(config, seed=0, device=device).train()  # the same weights for all
         runs.append(dict(variant=v, model=torch.compile(model) if v["compile"] else model,
-                         opt=adamw(model, PROFILES["paper"], fused=v["fused_adamw"]),
+                         opt=adamw(model.parameters(), PROFILES["paper"], fused=v["fused_adamw"]),
                          samples=[], status="ok"))
 
     def one_pass(r: dict) -> None:
@@ -430,13 +433,10 @@ def run(small: bool = False, device: str = "auto", chapters: bool | None = None)
 
 
 def write_json(result: dict, path: str | Path) -> None:
-    """Write atomically: the text is made first (a NaN fails here, before any file is touched),
-    written beside the target, then renamed over it."""
-    path = Path(path)
-    text = json.dumps(result, indent=1, allow_nan=False)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """Write atomically (``cache.commit_file``: a fresh temporary name beside the target, then
+    renamed; missing folders are created). The text is made first: a NaN fails here, before
+    any file is touched."""
+    commit_file(Path(path), json.dumps(result, indent=1, allow_nan=False).encode())
 
 
 def _section(out: list[str], title: str, sec: dict, columns: list[str]) -> None:
@@ -489,6 +489,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--no-chapters", action="store_true", help="skip executing the chapters")
     args = parser.parse_args(argv)
+    check_args(parser, {"--json": (args.json, OutPath())})  # exit 2 now, not after the run
     result = run(small=args.small, device=args.device, chapters=False if args.no_chapters else None)
     print(format_table(result))
     write_json(result, args.json)

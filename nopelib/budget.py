@@ -19,29 +19,15 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import replace
 from pathlib import Path
 
+from nopelib import results
 from nopelib.analysis import layer_scores, random_model, sample_inputs
-from nopelib.recipe import provenance, write_study
+from nopelib.launch import train_many, train_missing
+from nopelib.profiles import PROFILES, TrainProfile, check_seed, get_profile
 from nopelib.tasks import TASKS, get_task
-from nopelib.train import PROFILES, TrainProfile, get_profile, train_many, train_missing
 
 ANALYSIS_SEED = 12345  # the trained chapter's analysis inputs: sample_inputs(task, n, 12345)
-
-
-def budget_profile(base: TrainProfile, task: str, steps: int) -> TrainProfile:
-    """``base`` with ``task`` trained for ``steps`` steps. The task's batch and learning rate,
-    the warm-up and the schedule's shape are kept; the task's own budget gives ``base``."""
-    own = base.for_task(task)
-    if type(steps) is not int or steps <= base.warmup_steps:
-        raise ValueError(f"steps={steps!r} must be an integer greater than the profile's "
-                         f"warmup_steps={base.warmup_steps}")
-    if steps == own.steps:
-        return base
-    others = tuple(b for b in base.task_budgets if b[0] != task)
-    return replace(base, name=f"{base.name}-{task}-{steps}-steps",
-                   task_budgets=others + ((task, steps, own.batch_size, own.lr),))
 
 
 def run_budget_study(profile: str | TrainProfile, task: str, steps: list[int],
@@ -52,12 +38,14 @@ def run_budget_study(profile: str | TrainProfile, task: str, steps: list[int],
     get_task(task)
     if type(n_analysis) is not int or n_analysis < 1:
         raise ValueError(f"n_analysis={n_analysis!r} must be a positive integer")
-    if not seeds or any(type(s) is not int or s < 0 for s in seeds):
-        raise ValueError(f"seeds={seeds!r} must be a non-empty list of non-negative integers")
+    if not seeds:
+        raise ValueError(f"seeds={seeds!r} must be a non-empty list of seeds")
+    for seed in seeds:
+        check_seed(seed)
     if len(set(steps)) != len(steps):
         raise ValueError(f"steps={steps!r} must not repeat a budget")
     base = get_profile(profile)
-    profiles = {n: budget_profile(base, task, n) for n in steps}  # checks every budget first
+    profiles = {n: base.with_steps(task, n) for n in steps}  # checks every budget first
     # every budget's runs share one pool, the longest first
     train_missing([(task, s, prof) for prof in profiles.values() for s in seeds], device=device)
     texts = sample_inputs(task, n_analysis, seed=ANALYSIS_SEED)
@@ -86,20 +74,33 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n-analysis", type=int, default=64, help="inputs per score")
     parser.add_argument("--device", default="auto")
     args = parser.parse_args(argv)
+    from nopelib.params import SEED, Int, OutPath, check_args
+
+    warmup = get_profile(args.profile).warmup_steps
+    # exit 2 now, not after hours of training
+    check_args(parser, {
+        "--out": (args.out, OutPath()),
+        "--steps": (args.steps, Int(min=warmup + 1, max=100_000, why=(
+            f"above the profile's {warmup} warm-up steps; the cpu profile's step takes ~0.11 s "
+            "on one core: ~3 h per run at 100,000"))),
+        "--seeds": (args.seeds, SEED),
+        "--n-analysis": (args.n_analysis, Int(min=1, max=4096, why=(
+            "each input is scored by every run and its initialisation, ~10 ms each: ~16 min at "
+            "4096 for 4 budgets x 3 seeds"))),
+    })
     seeds = list(get_profile(args.profile).seeds) if args.seeds is None else args.seeds
     start = time.perf_counter()
     rows = run_budget_study(args.profile, args.task, args.steps, seeds, args.n_analysis,
                             args.device)
+    prof = get_profile(args.profile)
     result = {
-        "provenance": {
-            **provenance("python -m nopelib.budget", argv, start),
-            "profile": args.profile,
-            "profile_steps": get_profile(args.profile).for_task(args.task).steps,
-            "analysis": {"n_inputs": args.n_analysis, "seed": ANALYSIS_SEED},
-        },
+        "provenance": results.provenance(
+            "python -m nopelib.budget", argv, start, profile=args.profile,
+            profile_steps=prof.for_task(args.task).steps, training=prof.record(),
+            analysis={"n_inputs": args.n_analysis, "seed": ANALYSIS_SEED}),
         "runs": rows,
     }
-    write_study(args.out, result)
+    results.write(args.out, result, "budget")
     print(f"wrote {args.out}: {len(rows)} runs in {result['provenance']['wall_seconds']} s")
 
 

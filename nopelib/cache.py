@@ -18,17 +18,23 @@ Importing this module also points numba's on-disk cache at ``<cache>/numba`` (un
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
+import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import BinaryIO
 
 CACHE_ENV = "NOPELIB_CACHE_DIR"
 PACKAGE_DIR = Path(__file__).resolve().parent
+STALE_SECONDS = 24 * 3600  # a .tmp-* staging entry older than this belongs to a dead writer
+MIN_FREE_BYTES = 200 * 2**20  # room a cache needs before work that will write to it starts
 
 
 class CacheWarning(UserWarning):
@@ -56,10 +62,101 @@ def source_hash(names: Iterable[str] | None = None) -> str:
     return h.hexdigest()
 
 
-def file_sha256(path: Path) -> str:
-    """SHA-256 of a file's bytes, read in chunks (weights files can be large)."""
+def import_closure(entry_points: Iterable[str]) -> tuple[str, ...]:
+    """The nopelib source files that ``entry_points`` (file names in the package) import,
+    directly or through each other, themselves included: read from every ``import`` statement
+    of the code (inside functions too), so no hand-kept list can fall behind the code."""
+    seen: set[str] = set()
+    todo = list(entry_points)
+    while todo:
+        name = todo.pop()
+        if name in seen or not (PACKAGE_DIR / name).is_file():
+            continue
+        seen.add(name)
+        for node in ast.walk(ast.parse((PACKAGE_DIR / name).read_bytes())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                if node.module == "nopelib":  # from nopelib import a, b
+                    todo += [f"{alias.name}.py" for alias in node.names]
+                elif node.module.startswith("nopelib."):
+                    todo.append(node.module.split(".")[1] + ".py")
+            elif isinstance(node, ast.Import):
+                todo += [a.name.split(".")[1] + ".py" for a in node.names
+                         if a.name.startswith("nopelib.")]
+    return tuple(sorted(seen))
+
+
+def open_regular(path: Path, max_bytes: int) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file (not a link, FIFO or device) of at
+    most ``max_bytes``; raises OSError naming the problem otherwise. Checked on the open file
+    (no link followed, no blocking open), since reading a FIFO or /dev/zero planted in a shared
+    cache never ends and a file swapped in after a check would slip past it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise OSError(f"{path} is not a regular file (a link)") from None
+        raise exc
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise OSError(f"{path} is not a regular file")
+    if info.st_size > max_bytes:
+        os.close(fd)
+        raise OSError(f"{path} holds {info.st_size:,} bytes, more than the {max_bytes:,} allowed")
+    return os.fdopen(fd, "rb")
+
+
+def read_bytes(path: Path, max_bytes: int) -> bytes:
+    """The bytes of a regular file of at most ``max_bytes`` (``open_regular``)."""
+    with open_regular(path, max_bytes) as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:  # grew after the check
+        raise OSError(f"{path} holds more than the {max_bytes:,} bytes allowed")
+    return data
+
+
+def check_writable(root: Path, need_bytes: int = MIN_FREE_BYTES) -> None:
+    """Refuse, before any work that will write under ``root``, a cache that cannot take it: a
+    path that is not a directory, one this process cannot create or write to, or a disk with
+    less than ``need_bytes`` free. The error names the path and the cache variable."""
+    hint = f"(set {CACHE_ENV} to a writable folder)"
+    if os.path.lexists(root) and not root.is_dir():
+        raise OSError(f"cache folder {root} exists and is not a directory {hint}")
+    try:
+        make_dirs(root)
+        fd, probe = tempfile.mkstemp(prefix=".tmp-probe-", dir=root)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise OSError(f"cache folder {root} is not writable: {exc} {hint}") from None
+    free = shutil.disk_usage(root).free
+    if free < need_bytes:
+        raise OSError(f"cache folder {root} has {free / 2**20:.0f} MiB free, less than the "
+                      f"{need_bytes / 2**20:.0f} MiB needed {hint}")
+
+
+def sweep_stale(parent: Path, age_seconds: float = STALE_SECONDS) -> None:
+    """Remove the ``.tmp-*`` staging entries under ``parent`` older than ``age_seconds``: what
+    writers killed mid-commit left (a live writer's is younger)."""
+    if not parent.is_dir():
+        return
+    cutoff = time.time() - age_seconds
+    for path in parent.glob(".tmp-*"):
+        try:
+            if os.lstat(path).st_mtime >= cutoff:
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink()
+        except OSError:
+            continue  # gone already, or not ours to remove
+
+
+def file_sha256(path: Path, max_bytes: int = 2**34) -> str:
+    """SHA-256 of a regular file's bytes, read in chunks (weights files can be large)."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path, max_bytes) as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
@@ -137,8 +234,12 @@ def quarantine(path: Path, reason: str) -> None:
     aside = path.with_name(f".bad-{path.name}-{uuid.uuid4().hex[:8]}")
     try:
         os.replace(path, aside)
-    except OSError:
-        return  # a concurrent reader moved it first
+    except OSError as exc:
+        if os.path.lexists(path):  # not moved by a concurrent reader: a read-only cache
+            warnings.warn(f"cache entry {path} is unusable ({reason}) and could not be moved "
+                          f"aside ({exc}); it is ignored and recomputed", CacheWarning,
+                          stacklevel=3)
+        return
     warnings.warn(f"cache entry {path} is unusable ({reason}); moved to {aside.name} and "
                   "recomputing", CacheWarning, stacklevel=3)
 

@@ -1,4 +1,4 @@
-"""Training runs as Ray tasks: ``train_many(..., backend="ray")``.
+"""Training runs as Ray tasks: the ``ray`` backend of ``launch.train_missing``.
 
 Ray (https://docs.ray.io) schedules the runs: on a Ray instance started for the call (as many
 CPUs as ``workers``, default all cores), or on an existing cluster named by ``address`` or by
@@ -6,9 +6,9 @@ $NOPELIB_RAY_ADDRESS (``ray.init(address=...)``; "auto" finds the cluster this m
 of). Each run is one task that asks for one CPU, or on GPUs a fraction of one, so several small
 runs share a device (``default_gpu_fraction``).
 
-Results come home: a worker trains through the same ``train.train_and_score`` as a local run and
+Results come home: a worker trains through the same ``runs.train_and_score`` as a local run and
 returns the weights (safetensors bytes) and metrics (JSON text); the driver commits them to its
-own run cache through ``train._commit``, the same atomic path as a local run. A worker never
+own run cache through ``runs.commit_run``, the same atomic path as a local run. A worker never
 writes to the cache, so a worker that dies mid-run leaves nothing behind; Ray reruns the task
 (``max_retries``). The worker checks that it computes the driver's cache key (same nopelib
 sources, torch version and device type) before training, so a cluster with other code cannot
@@ -27,8 +27,10 @@ import torch
 from safetensors.torch import load_model, save_model
 from tqdm import tqdm
 
-from nopelib import train as tr
+import nopelib
 from nopelib.model import GPT, GPTConfig
+from nopelib.profiles import TrainProfile
+from nopelib.runs import Job, commit_run, find_missing, prepare_runs_dir, run_key, train_and_score
 
 ADDRESS_ENV = "NOPELIB_RAY_ADDRESS"
 RAY_DEVICES = ("auto", "cpu", "cuda")
@@ -80,7 +82,7 @@ def connect(address: str | None, workers: int | None) -> bool:
         return True
     # another machine's workers do not see this package: ship its sources with the tasks
     ray.init(address=address, log_to_driver=False,
-             runtime_env={"py_modules": [str(Path(tr.__file__).parent)]})
+             runtime_env={"py_modules": [str(Path(nopelib.__file__).parent)]})
     return True
 
 
@@ -105,16 +107,16 @@ def cluster_device(device: str) -> str:
     return kind
 
 
-def _train_remote(task: str, seed: int, profile: tr.TrainProfile, device: str,
+def _train_remote(task: str, seed: int, profile: TrainProfile, device: str,
                   key: str) -> tuple[bytes, str]:
     """The body of one Ray task: train and score one run; weights and metrics come back."""
     dev = torch.device(device)  # on a GPU worker Ray has set CUDA_VISIBLE_DEVICES to its share
-    here = tr.run_key(task, seed, profile, dev)
+    here = run_key(task, seed, profile, dev)
     if here != key:
         raise RuntimeError(f"the worker computes cache key {here} for {task!r} seed {seed}, the "
                            f"driver {key}: its nopelib sources, torch version "
                            f"({torch.__version__}) or device differ")
-    model, metrics = tr.train_and_score(task, seed, profile, dev, key, progress=False)
+    model, metrics = train_and_score(task, seed, profile, dev, key, progress=False)
     metrics["worker"] = f"{os.uname().nodename} pid {os.getpid()}"
     with tempfile.TemporaryDirectory() as tmp:
         save_model(model, f"{tmp}/model.safetensors")  # handles the tied embedding
@@ -122,7 +124,7 @@ def _train_remote(task: str, seed: int, profile: tr.TrainProfile, device: str,
     return weights, json.dumps(metrics)
 
 
-def _receive(weights: bytes, metrics_json: str, profile: tr.TrainProfile) -> tuple[GPT, dict]:
+def _receive(weights: bytes, metrics_json: str, profile: TrainProfile) -> tuple[GPT, dict]:
     model = GPT(profile.model)
     with tempfile.TemporaryDirectory() as tmp:
         Path(f"{tmp}/model.safetensors").write_bytes(weights)
@@ -130,72 +132,65 @@ def _receive(weights: bytes, metrics_json: str, profile: tr.TrainProfile) -> tup
     return model.eval(), json.loads(metrics_json)
 
 
-def train_many_ray(
-    runs: list[tuple[str, int]],
-    profile: tr.TrainProfile,
-    device: str = "auto",
-    cache_dir: str | Path | None = None,
+def train_missing_ray(
+    jobs: list[tuple[str, int, TrainProfile]],
+    device: str,
+    root: Path,
     address: str | None = None,
     gpu_fraction: float | None = None,
     workers: int | None = None,
     max_retries: int = 3,
-) -> dict[tuple[str, int], tr.TrainedRun]:
-    """``train.train_many`` on Ray (see the module's docstring); ``runs`` are checked there.
-
-    Finished runs are committed as they arrive, so an interrupted call keeps them; on a failed
-    task the others are cancelled and the error is raised.
-    """
+) -> list[Job]:
+    """``launch.train_missing`` on Ray (see the module's docstring); the jobs are checked
+    there. Ray is started (or joined) only when something trains, or when ``device="auto"``
+    must ask the cluster which device it has. Finished runs are committed as they arrive, so
+    an interrupted call keeps them; on a failed task the others are cancelled and the error is
+    raised. Returns every job, keyed for the device the cluster trains on."""
     import ray
 
     _check_gpu_fraction(gpu_fraction)
     if type(max_retries) is not int or max_retries < 0:
         raise ValueError(f"max_retries={max_retries!r} must be a non-negative integer")
-    root = tr.resolve_cache_dir(cache_dir) / "runs"
 
-    def missing_of(kind: str) -> tuple[dict, list]:
-        keys = {(t, s): tr.run_key(t, s, profile, kind) for t, s in runs}
-        return keys, [(t, s) for t, s in runs
-                      if tr._load(root / keys[t, s], keys[t, s], profile) is None]
+    def keyed(kind: str) -> tuple[list[Job], list[Job]]:
+        return find_missing([Job(t, s, p, run_key(t, s, p, kind)) for t, s, p in jobs], root)
 
     kind = _device_kind(device)
-    keys, missing = missing_of(kind) if kind != "auto" else ({}, runs)
-    if missing:  # Ray is started only when something trains
+    marked, missing = keyed(kind) if kind != "auto" else ([], [])
+    if missing or kind == "auto":
         started = connect(address, workers)
         try:
-            kind = cluster_device(device)
-            keys, missing = missing_of(kind)
-            _train_on_ray(missing, profile, kind, keys, root, gpu_fraction, max_retries)
+            marked, missing = keyed(cluster_device(device))
+            if missing:
+                prepare_runs_dir(root)  # the driver commits: its cache must take the runs
+                _train_on_ray(missing, cluster_device(device), root, gpu_fraction,
+                              max_retries)
         finally:
             if started:
                 ray.shutdown()
-    out = {}
-    for t, s in runs:
-        loaded = tr._load(root / keys[t, s], keys[t, s], profile)
-        if loaded is None:
-            raise RuntimeError(f"run {t!r} seed {s} was committed but cannot be loaded")
-        model, metrics = loaded
-        out[t, s] = tr.TrainedRun(model, metrics, profile.model, profile,
-                                  from_cache=(t, s) not in missing)
-    return out
+    return marked
 
 
-def _train_on_ray(missing: list[tuple[str, int]], profile: tr.TrainProfile, kind: str,
-                  keys: dict, root: Path, gpu_fraction: float | None, max_retries: int) -> None:
-    """Submit one task per missing run; commit each result as it arrives."""
+def _train_on_ray(missing: list[Job], kind: str, root: Path, gpu_fraction: float | None,
+                  max_retries: int) -> None:
+    """Submit one task per missing run (the costliest first, as locally); commit each result
+    as it arrives."""
     import ray
 
-    missing = sorted(missing, key=lambda run: -tr.get_task(run[0]).max_input_len)  # as local
-    gpus = (gpu_fraction or default_gpu_fraction(profile.model)) if kind == "cuda" else 0
-    remote = ray.remote(_train_remote).options(num_cpus=1, num_gpus=gpus,
-                                               max_retries=max_retries)
-    pending = {remote.remote(t, s, profile, kind, keys[t, s]): (t, s) for t, s in missing}
+    remote = ray.remote(_train_remote)
+    pending = {}
+    for job in missing:
+        gpus = (gpu_fraction or default_gpu_fraction(job.profile.model)) if kind == "cuda" else 0
+        ref = remote.options(num_cpus=1, num_gpus=gpus, max_retries=max_retries).remote(
+            job.task, job.seed, job.profile, kind, job.key)
+        pending[ref] = job
     try:
         with tqdm(total=len(pending), desc=f"training {len(pending)} runs on Ray") as bar:
             while pending:
                 done, _ = ray.wait(list(pending), num_returns=1)
-                task, seed = pending.pop(done[0])
-                model, metrics = _receive(*ray.get(done[0]), profile)
-                tr._commit(root, keys[task, seed], model, metrics, profile)
+                job = pending.pop(done[0])
+                model, metrics = _receive(*ray.get(done[0]), job.profile)
+                commit_run(root, job.key, model, metrics, job.profile)
                 bar.update(1)
     except BaseException:
         for ref in pending:

@@ -3,7 +3,7 @@
 ::
 
     python -m nopelib.grid tiny --out /tmp/tiny.json                 # seconds, on a laptop
-    bash scripts/grid_gpu.sh       # paper-base: 4 tasks x 5 seeds, batched, on one GPU
+    python -m nopelib.grid paper-base --device cuda --batched --out book/results/grid_paper-base.json  # one GPU
     python -m nopelib.grid paper --address auto --out book/results/grid_paper.json  # a Ray cluster
 
 ``GRIDS`` names the grids. ``paper`` is the paper's trained grid: the four tasks, 5 seeds, and
@@ -21,24 +21,20 @@ import argparse
 import csv
 import io
 import json
-import os
-import platform
-import sys
 import time
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
-from nopelib import analysis
+from nopelib import analysis, cache, results
 from nopelib.cache import commit_file
+from nopelib.launch import BACKENDS, train_many
 from nopelib.model import GPTConfig
-from nopelib.recipe import _git_commit
+from nopelib.profiles import PROFILES, TrainProfile
 from nopelib.tasks import TASKS
-from nopelib.train import BACKENDS, PROFILES, TrainProfile, train_many
 
 
 @dataclass(frozen=True)
@@ -56,15 +52,6 @@ class Grid:
         return len(self.tasks) * len(self.seeds) * len(self.profiles)
 
 
-def _sized(base: TrainProfile, n_layer: int, n_embd: int) -> TrainProfile:
-    """``base`` with another depth and width; the base configuration keeps ``base`` itself, so
-    its runs are the chapters' own."""
-    if (n_layer, n_embd) == (base.model.n_layer, base.model.n_embd):
-        return base
-    model = replace(base.model, n_layer=n_layer, n_embd=n_embd)
-    return replace(base, name=f"{base.name}-L{n_layer}-d{n_embd}", model=model)
-
-
 PAPER = PROFILES["paper"]
 # seconds on a laptop: the test suite's kind of tiny model
 TINY = replace(
@@ -74,7 +61,7 @@ TINY = replace(
 )
 GRIDS: dict[str, Grid] = {
     "paper": Grid("paper", tuple(TASKS), PAPER.seeds,
-                  tuple(_sized(PAPER, n_layer, n_embd) for n_layer in (6, 12, 24)
+                  tuple(PAPER.sized(n_layer, n_embd) for n_layer in (6, 12, 24)
                         for n_embd in (192, 384, 768))),
     "paper-base": Grid("paper-base", tuple(TASKS), PAPER.seeds, (PAPER,)),
     "cpu": Grid("cpu", tuple(TASKS), PROFILES["cpu"].seeds, (PROFILES["cpu"],)),
@@ -102,16 +89,16 @@ def run_grid(grid: str | Grid, device: str = "auto", backend: str = "local",
     grid = get_grid(grid)
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} is unknown; allowed: {BACKENDS}")
-    if batched and backend != "local":
-        raise ValueError("batched=True trains in this process: it needs backend='local'")
+    if batched and backend not in ("local", "batched"):
+        raise ValueError(f"batched=True trains in this process: it cannot use backend={backend!r}")
+    backend = "batched" if batched else backend
     started = False
     if backend == "ray":  # one Ray instance or connection for the whole grid
         from nopelib import distributed
 
         started = distributed.connect(address, workers)
     try:
-        rows = _train_and_score(grid, device, backend, address, batched, workers,
-                                gpu_fraction)
+        rows = _train_and_score(grid, device, backend, address, workers, gpu_fraction)
     finally:
         if started:
             import ray
@@ -121,20 +108,14 @@ def run_grid(grid: str | Grid, device: str = "auto", backend: str = "local",
 
 
 def _train_and_score(grid: Grid, device: str, backend: str, address: str | None,
-                     batched: bool, workers: int | None,
-                     gpu_fraction: float | None) -> list[dict]:
+                     workers: int | None, gpu_fraction: float | None) -> list[dict]:
     runs = [(t, s) for t in grid.tasks for s in grid.seeds]
     inputs = {t: analysis.sample_inputs(t, grid.n_inputs, seed=0) for t in grid.tasks}
     rows = []
     for i, prof in enumerate(grid.profiles):
         print(f"[{i + 1}/{len(grid.profiles)}] {prof.name}: {len(runs)} runs", flush=True)
-        if batched:
-            from nopelib.batched import train_many_batched
-
-            trained = train_many_batched(runs, prof, device)
-        else:
-            trained = train_many(runs, prof, device, workers=workers, backend=backend,
-                                 address=address, gpu_fraction=gpu_fraction)
+        trained = train_many(runs, prof, device, workers=workers, backend=backend,
+                             address=address, gpu_fraction=gpu_fraction)
         for (task, seed), run in trained.items():
             m, cfg = run.metrics, prof.model
             before = analysis.random_model(cfg, seed)
@@ -167,20 +148,29 @@ def write_summary(path: Path, provenance: dict, rows: list[dict]) -> None:
 
 
 def load_summary(path: str | Path) -> tuple[dict, pd.DataFrame]:
-    """The provenance and the runs (one row each) of a summary that ``write_summary`` wrote;
-    ``adjacency_before``/``adjacency_after`` hold one score per layer (0 = embeddings)."""
+    """The provenance and the runs (one row each) of a summary that ``write_summary`` wrote,
+    validated by ``results.validate`` (the file and the field are named when something is
+    wrong); ``adjacency_before``/``adjacency_after`` hold one score per layer (0 = embeddings)."""
     path = Path(path)
-    if path.suffix == ".csv":
-        lines = path.read_text().splitlines()
-        head = [ln[2:].split(": ", 1) for ln in lines if ln.startswith("# ")]
-        provenance = {k: json.loads(v) for k, v in head}
-        runs = pd.read_csv(io.StringIO("\n".join(ln for ln in lines if not ln.startswith("#"))))
-        for col in ("adjacency_before", "adjacency_after"):
-            runs[col] = runs[col].map(json.loads)
-    else:
-        data = json.loads(path.read_text())
-        provenance, runs = data["provenance"], pd.DataFrame(data["runs"])
-    return provenance, runs
+    try:
+        text = cache.read_bytes(path, results.MAX_BYTES).decode()
+        if path.suffix == ".csv":
+            lines = text.splitlines()
+            head = [ln[2:].split(": ", 1) for ln in lines if ln.startswith("# ")]
+            provenance = {k: json.loads(v) for k, v in head}
+            table = pd.read_csv(io.StringIO("\n".join(ln for ln in lines
+                                                      if not ln.startswith("#"))))
+            runs = table.to_dict("records")
+            for row in runs:
+                for col in ("adjacency_before", "adjacency_after"):
+                    row[col] = json.loads(row[col])
+            data = {"provenance": provenance, "runs": runs}
+        else:
+            data = json.loads(text)
+    except (OSError, ValueError, KeyError) as exc:
+        raise results.ResultsError(f"{path}: cannot be read as a grid summary: {exc}") from None
+    results.validate(data, "grid", str(path))
+    return data["provenance"], pd.DataFrame(data["runs"])
 
 
 def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -217,29 +207,33 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gpu-fraction", type=float, default=None)
     args = parser.parse_args(argv)
     backend = args.backend or ("ray" if args.address else "local")
+    if args.batched and backend == "local":  # --batched names the batched backend
+        backend = "batched"
     out = args.out or Path(f"grid_{args.name}.json")
+    from nopelib.params import Float, Int, OutPath, check_args
+
+    # exit 2 now, not after hours of training
+    check_args(parser, {
+        "--out": (out, OutPath()),
+        "--workers": (args.workers, Int(min=1, max=1024, why="training processes (or Ray "
+                                        "CPUs) at once, ~0.3 GB of memory apiece")),
+        "--gpu-fraction": (args.gpu_fraction, Float(min=0.0, max=1.0, open_min=True,
+                                                    why="the share of one GPU a Ray run asks for")),
+    })
     grid = get_grid(args.name)
     print(f"grid {grid.name}: {len(grid.tasks)} tasks x {len(grid.seeds)} seeds x "
           f"{len(grid.profiles)} configurations = {grid.n_runs} runs ({backend})", flush=True)
     start = time.perf_counter()
     rows = run_grid(grid, args.device, backend, args.address, args.batched, args.workers,
                     args.gpu_fraction)
-    wall = time.perf_counter() - start
-    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none here"
-    provenance = {
-        "command": "python -m nopelib.grid " + " ".join(argv if argv is not None
-                                                        else sys.argv[1:]),
-        "grid": grid.name, "commit": _git_commit(), "backend": backend,
-        "batched": args.batched,
-        "machine": f"{platform.node()}: {platform.processor() or platform.machine()}, "
-                   f"{os.cpu_count()} cores, GPU: {gpu}",
-        "devices": sorted({r["device"] for r in rows}), "torch": torch.__version__,
-        "wall_seconds": round(wall, 1), "trained": sum(not r["from_cache"] for r in rows),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
+    provenance = results.provenance(
+        "python -m nopelib.grid", argv, start, grid=grid.name, backend=backend,
+        batched=args.batched, devices=sorted({r["device"] for r in rows}),
+        trained=sum(not r["from_cache"] for r in rows))
     write_summary(out, provenance, rows)
     acc = np.mean([r["accuracy"] for r in rows])
-    print(f"wrote {out}: {len(rows)} runs ({provenance['trained']} trained) in {wall:.1f} s; "
+    print(f"wrote {out}: {len(rows)} runs ({provenance['trained']} trained) in "
+          f"{provenance['wall_seconds']:.1f} s; "
           f"mean exact match {acc:.3f}")
 
 

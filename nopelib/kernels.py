@@ -32,8 +32,10 @@ import torch
 
 from nopelib import cache, claims
 from nopelib.analysis import is_learned, layer_scores, random_model, sample_inputs
+from nopelib.params import OutPath, check_args
 from nopelib.tasks import TASKS
-from nopelib.train import PROFILES, train_many
+from nopelib.launch import train_many
+from nopelib.profiles import PROFILES
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = ("trained", "probes")
@@ -170,8 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out is None:
         parser.error("--out is required")
-    if args.out.exists() and not args.out.is_dir():
-        parser.error(f"--out={args.out} exists and is not a directory")
+    check_args(parser, {"--out": (args.out, OutPath(folder=True))})  # before hours of training
     args.out.mkdir(parents=True, exist_ok=True)
     sets = kernel_sets()
     results = {name: run_set(name, sets[name], args.out, args.chapters) for name in args.sets}

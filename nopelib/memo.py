@@ -2,38 +2,57 @@
 
 ``memo(fn, *args, **kwargs)`` returns ``fn(*args, **kwargs)``, computed once and then read from
 disk. A call is identified by its content, not by names: the function's module, qualified name
-and source (so a notebook's function that is edited computes afresh), every argument (tensors,
-arrays and models by the bytes of their values), the bytes of every nopelib source file, and the
-torch, numpy and pandas versions. Editing any nopelib module or passing any other value
-therefore computes afresh; nothing is ever looked up by a name that could point at a stale
-result.
+and source (so a notebook's function that is edited computes afresh), the instance a bound
+method is bound to, every argument (tensors, arrays and models by the bytes of their values,
+numpy scalars with their dtype), the bytes of every nopelib source file, and the torch, numpy
+and pandas versions. A function defined in a notebook (``__main__``, or any module that
+``import`` cannot find) is keyed as well by what it reads that its source does not show: the
+values of the globals its code loads, of its defaults and of its free variables. A notebook
+function among those counts by the same rule, recursively; modules, and the functions and
+classes of importable modules, count by name (their source, or the package hash, covers them);
+builtins are skipped. A function of an importable module is keyed by its source, not by its
+module's globals (nopelib's are in the package hash). Whatever memo cannot fingerprint (an
+argument, a bound instance, a global) is a TypeError naming it: a call that memo cannot key is
+refused rather than served a stale result.
 
 Rerunning a chapter (a papermill rerun with a changed plot, or nbval after a book build) then
 costs the cells that draw, not the studies. Results live under ``<cache>/results`` (see
 ``nopelib.cache``), one ``<key>.npz`` per call: numpy's zip of plain numeric arrays plus a JSON
-document (``__meta__``) that records the key, a SHA-256 of the arrays and a typed encoding of
-the value. No pickle is involved: reading an entry cannot run code. The value types are those
-the chapters' studies return: None, bool, int, float, str, list, tuple, dict, numpy arrays and
-scalars of bool/int/float dtype, and pandas DataFrames with a default index whose columns are
-numeric, bool or all-str; anything else is a TypeError when the result is stored.
+document (``__meta__``) that records the key, a typed encoding of the value, and a SHA-256 of
+the whole entry (every array's name, dtype, shape and bytes, and the document itself, all but
+that checksum field), verified on every read. No pickle is involved: reading an entry cannot
+run code. The value types are those the chapters' studies return: None, bool, int, float, str,
+list, tuple, dict, numpy arrays and scalars of bool/int/float dtype, and pandas DataFrames with
+a default index whose columns are numeric, bool or all-str; anything else is a TypeError when
+the result is stored.
 
-An entry that cannot be read, records another key or checksum, or holds non-finite numbers is a
-miss: it is moved aside with one warning (``nopelib.cache.quarantine``), recomputed and
-replaced. A result holding non-finite numbers is returned but not stored, with a warning.
-Set ``NOPELIB_MEMO=0`` to compute every call afresh without reading or writing the cache.
+Reading cannot hang or exhaust memory: only a regular file is opened (a symlink, FIFO or device
+at an entry's path is moved aside unread), the file and its arrays' total uncompressed size
+(from the zip directory, before anything is inflated) are bounded by ``MAX_ENTRY_BYTES``
+(2 GiB), each array's header must not claim more data than its member holds, and ``__meta__``
+is read first, so an entry recording another key is refused before any other array is
+decompressed. An entry that cannot be read, is refused, records another key or checksum, or
+holds non-finite numbers is a miss: it is moved aside with one warning
+(``nopelib.cache.quarantine``), recomputed and replaced. A result holding non-finite numbers,
+or too large to read back, is returned but not stored, with a warning. Set ``NOPELIB_MEMO=0``
+to compute every call afresh without reading or writing the cache.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import dis
 import hashlib
 import inspect
 import io
 import json
 import math
 import os
+import stat
+import sys
 import types
 import warnings
+import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -45,9 +64,15 @@ import torch
 from nopelib import cache
 
 MEMO_ENV = "NOPELIB_MEMO"
-FORMAT = 1
+FORMAT = 2  # 2: the checksum covers the document as well as the arrays
+# The most an entry may hold, as a file and as its arrays uncompressed: far above any study's
+# result (they are kilobytes to megabytes), and a bound on what a planted file can make a
+# reader allocate.
+MAX_ENTRY_BYTES = 2 << 30
 _PACKAGE_DIR = cache.PACKAGE_DIR
 _NUMERIC_KINDS = "biuf"  # bool, signed and unsigned integer, float: no objects, no pickle
+# The instance layout of a plain Python class: one whose state is all in its __dict__
+_PLAIN_BASICSIZE = type("_Plain", (), {}).__basicsize__
 R = TypeVar("R")
 
 
@@ -61,7 +86,9 @@ def package_hash() -> str:
 
 def _feed(h: "hashlib._Hash", obj: Any, where: str) -> None:
     """Add an unambiguous encoding of ``obj`` to ``h``; ``where`` names it in errors."""
-    if obj is None or isinstance(obj, (bool, int, float, str, bytes)):
+    if isinstance(obj, np.generic):  # before float: np.float64 is a float, and 0.5 is no float32
+        h.update(f"scalar:{obj.dtype.str}:{obj.tobytes().hex()};".encode())
+    elif obj is None or isinstance(obj, (bool, int, float, str, bytes)):
         h.update(f"{type(obj).__name__}:{obj!r};".encode())
     elif isinstance(obj, (list, tuple)):
         h.update(f"{type(obj).__name__}[{len(obj)}](".encode())
@@ -81,8 +108,6 @@ def _feed(h: "hashlib._Hash", obj: Any, where: str) -> None:
     elif isinstance(obj, np.ndarray):
         h.update(f"array:{obj.dtype.str}:{obj.shape};".encode())
         h.update(np.ascontiguousarray(obj).tobytes())
-    elif isinstance(obj, np.generic):
-        _feed(h, obj.item(), where)
     elif isinstance(obj, torch.nn.Module):
         h.update(f"module:{type(obj).__module__}.{type(obj).__qualname__}:training={obj.training};".encode())
         if dataclasses.is_dataclass(getattr(obj, "config", None)):
@@ -93,8 +118,30 @@ def _feed(h: "hashlib._Hash", obj: Any, where: str) -> None:
         _feed(h, {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}, where)
     else:
         raise TypeError(f"{where} has type {type(obj).__name__}, which memo cannot fingerprint; allowed: "
-                        "None, bool, int, float, str, bytes, list, tuple, dict, numpy arrays, torch tensors, "
-                        "torch modules, dataclasses")
+                        "None, bool, int, float, str, bytes, list, tuple, dict, numpy arrays and scalars, "
+                        "torch tensors, torch modules, dataclasses")
+
+
+def _is_plain_instance(obj: Any) -> bool:
+    """Whether all of ``obj``'s state is in its ``__dict__``: an instance of Python classes with
+    no slots and no C base (a C base, e.g. random.Random's, keeps state that vars() misses)."""
+    cls = type(obj)
+    return (hasattr(obj, "__dict__") and cls.__basicsize__ == _PLAIN_BASICSIZE
+            and cls.__itemsize__ == 0 and not any("__slots__" in vars(c) for c in cls.__mro__))
+
+
+def _feed_bound(h: "hashlib._Hash", obj: Any, where: str) -> None:
+    """The instance a method is bound to (``fn.__self__``): a method's result depends on it."""
+    if isinstance(obj, types.ModuleType):  # a builtin function's __self__ is its module
+        h.update(f"module:{obj.__name__};".encode())
+    elif isinstance(obj, type):  # a classmethod: which class (a subclass) it was called on
+        h.update(f"class:{obj.__module__}.{obj.__qualname__};".encode())
+    elif (_is_plain_instance(obj) and not dataclasses.is_dataclass(obj)
+          and not isinstance(obj, torch.nn.Module)):
+        h.update(f"instance:{type(obj).__module__}.{type(obj).__qualname__}".encode())
+        _feed(h, vars(obj), f"{where}.__dict__")
+    else:
+        _feed(h, obj, where)
 
 
 def _code_fingerprint(code: types.CodeType) -> str:
@@ -115,6 +162,65 @@ def function_fingerprint(fn: Callable[..., Any]) -> str:
         return _code_fingerprint(code) if code is not None else repr(fn)
 
 
+def _global_names(code: types.CodeType) -> set[str]:
+    """The globals that ``code`` and the code nested in it (functions, lambdas, comprehensions)
+    load. The load instructions, not ``co_names``, which also holds every attribute name."""
+    names = {ins.argval for ins in dis.get_instructions(code) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
+
+
+def _in_importable_module(obj: Any) -> bool:
+    """Whether ``obj`` is a function or class (not an instance, nor a method bound to one)
+    defined in a module that ``import`` finds, so that its source names it."""
+    module = getattr(obj, "__module__", None)
+    bound = getattr(obj, "__self__", None)
+    # __qualname__ on the object itself: classes and functions have one, instances do not
+    return (callable(obj) and isinstance(getattr(obj, "__qualname__", None), str)
+            and isinstance(module, str) and module != "__main__" and module in sys.modules
+            and (bound is None or isinstance(bound, types.ModuleType)))
+
+
+def _feed_read_value(h: "hashlib._Hash", value: Any, where: str, seen: set[int]) -> None:
+    """A value a notebook function reads besides its arguments (a global, default or free
+    variable): modules and importable functions or classes by name, notebook functions by
+    source and what they read, anything else by value."""
+    if isinstance(value, types.ModuleType):
+        h.update(f"module:{value.__name__};".encode())
+    elif _in_importable_module(value):
+        h.update(f"defined:{value.__module__}.{value.__qualname__};".encode())
+    elif isinstance(value, (types.FunctionType, types.MethodType)):
+        _feed_function(h, value, where, seen)
+    else:
+        _feed(h, value, where)
+
+
+def _feed_function(h: "hashlib._Hash", fn: Callable[..., Any], where: str, seen: set[int]) -> None:
+    """What ``fn`` computes besides its arguments (see the module docstring); ``seen`` holds the
+    notebook functions already fed, so that recursive ones end."""
+    h.update(function_fingerprint(fn).encode() + b"\0")
+    bound = getattr(fn, "__self__", None)
+    if bound is not None:
+        _feed_bound(h, bound, f"{where}.__self__")
+    func = getattr(fn, "__func__", fn)
+    if not isinstance(func, types.FunctionType) or _in_importable_module(func) or id(func) in seen:
+        return
+    seen.add(id(func))
+    code = func.__code__
+    read = {f"default {i}": v for i, v in enumerate(func.__defaults__ or ())}
+    read |= {f"default {k!r}": v for k, v in (func.__kwdefaults__ or {}).items()}
+    read |= {f"free variable {n!r}": cell.cell_contents
+             for n, cell in zip(code.co_freevars, func.__closure__ or ())}
+    # a name missing from the globals is a builtin or a NameError when fn runs
+    read |= {f"global {n!r}": func.__globals__[n]
+             for n in sorted(_global_names(code)) if n in func.__globals__}
+    for label, value in read.items():
+        h.update(f"{label}=".encode())
+        _feed_read_value(h, value, f"{label} read by {func.__qualname__}", seen)
+
+
 def call_key(fn: Callable[..., Any], args: tuple, kwargs: dict) -> str:
     """The content hash that identifies ``fn(*args, **kwargs)`` (see the module docstring)."""
     name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
@@ -124,7 +230,7 @@ def call_key(fn: Callable[..., Any], args: tuple, kwargs: dict) -> str:
     h = hashlib.sha256()
     h.update(f"{name};{package_hash()};torch {torch.__version__};numpy {np.__version__};"
              f"pandas {pd.__version__};".encode())
-    h.update(function_fingerprint(fn).encode() + b"\0")
+    _feed_function(h, fn, name, set())
     _feed(h, list(args), "args")
     _feed(h, kwargs, "kwargs")
     return h.hexdigest()[:40]
@@ -144,7 +250,7 @@ class _Encoder:
         if arr.dtype.kind == "f" and not np.isfinite(arr).all():
             self.finite = False
         name = f"a{len(self.arrays)}"
-        self.arrays[name] = np.ascontiguousarray(arr)
+        self.arrays[name] = np.ascontiguousarray(arr).reshape(arr.shape)  # it makes 0-d arrays 1-d
         return name
 
     def encode(self, obj: Any, where: str) -> Any:
@@ -211,34 +317,90 @@ def _decode(obj: Any, arrays: Mapping[str, np.ndarray]) -> Any:
     raise ValueError(f"unknown tag {tag!r}")
 
 
-def _arrays_hash(arrays: Mapping[str, np.ndarray]) -> str:
+def _entry_hash(doc: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> str:
+    """SHA-256 of an entry: its document (all but the checksum field, as canonical JSON) and
+    every array's name, dtype, shape and bytes."""
     h = hashlib.sha256()
+    h.update(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode() + b"\0")
     for name in sorted(arrays):
         arr = arrays[name]
-        h.update(f"{name}:{arr.dtype.str}:{arr.shape};".encode() + arr.tobytes())
+        h.update(f"{len(name)}:{name}:{arr.dtype.str}:{arr.shape}:{arr.nbytes};".encode() + arr.tobytes())
     return h.hexdigest()
 
 
 def _encode(key: str, result: Any) -> tuple[bytes, bool]:
     """The file for ``result`` under ``key`` and whether all of its numbers are finite."""
     enc = _Encoder()
-    value = enc.encode(result, "result")
-    meta = {"format": FORMAT, "key": key, "sha256": _arrays_hash(enc.arrays), "value": value}
+    meta = {"format": FORMAT, "key": key, "value": enc.encode(result, "result")}
+    meta["sha256"] = _entry_hash(meta, enc.arrays)
     buf = io.BytesIO()
     meta_bytes = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     np.savez(buf, __meta__=meta_bytes, **enc.arrays)
     return buf.getvalue(), enc.finite
 
 
+def _members(zf: zipfile.ZipFile) -> dict[str, zipfile.ZipInfo]:
+    """The zip's arrays by name, refused before any is inflated if their uncompressed sizes (as
+    the zip directory records them; a member never inflates past its recorded size) add up to
+    more than ``MAX_ENTRY_BYTES``."""
+    infos = zf.infolist()
+    names = [info.filename for info in infos]
+    if len(set(names)) != len(names) or not all(n.endswith(".npy") for n in names):
+        raise ValueError(f"its members {names} are not distinct .npy arrays")
+    total = sum(info.file_size for info in infos)
+    if total > MAX_ENTRY_BYTES:
+        raise ValueError(f"its arrays take {total:,} bytes uncompressed, over the {MAX_ENTRY_BYTES:,} limit")
+    members = {n.removesuffix(".npy"): info for n, info in zip(names, infos)}
+    if "__meta__" not in members:
+        raise ValueError("it has no __meta__ document")
+    return members
+
+
+def _load_array(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
+    """One numeric array from its .npy member. Its header is checked first: a dtype other than
+    bool/int/float (objects would unpickle) is refused, and so is a shape that claims more data
+    than the member holds (np.load would allocate the claim before finding out)."""
+    with zf.open(info) as f:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise ValueError(f"{info.filename} has .npy format version {version}")
+        if dtype.kind not in _NUMERIC_KINDS:
+            raise ValueError(f"{info.filename} has dtype {dtype}; only bool, integer and float are read")
+        nbytes = math.prod(shape) * dtype.itemsize
+        if nbytes > info.file_size:
+            raise ValueError(f"{info.filename} declares {nbytes:,} bytes but holds {info.file_size:,}")
+        data = np.empty(nbytes, dtype=np.uint8)
+        if f.readinto(data) != nbytes:
+            raise ValueError(f"{info.filename} is truncated")
+    return data.view(dtype).reshape(shape, order="F" if fortran else "C")
+
+
 def _read(path: Path, key: str) -> Any:
     """The value stored in ``path``; raises ValueError (or a read error) if it is unusable."""
-    with np.load(path, allow_pickle=False) as npz:  # allow_pickle=False: object arrays refuse
-        arrays = {name: npz[name] for name in npz.files}
-    meta = json.loads(arrays.pop("__meta__").tobytes().decode())
-    if meta.get("format") != FORMAT or meta.get("key") != key:
-        raise ValueError(f"it records format {meta.get('format')!r}, key {meta.get('key')!r}")
-    if meta.get("sha256") != _arrays_hash(arrays):
-        raise ValueError("its arrays do not match their recorded SHA-256")
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode):  # a FIFO or a device would block or never end: not opened
+        raise ValueError(f"it is not a regular file ({stat.filemode(st.st_mode)})")
+    # O_NOFOLLOW and O_NONBLOCK: a symlink or FIFO swapped in since lstat is refused, not waited on
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"it is not a regular file ({stat.filemode(st.st_mode)})")
+        if st.st_size > MAX_ENTRY_BYTES:
+            raise ValueError(f"it is {st.st_size:,} bytes, over the {MAX_ENTRY_BYTES:,} limit")
+        with zipfile.ZipFile(f) as zf:
+            members = _members(zf)
+            meta = json.loads(_load_array(zf, members.pop("__meta__")).tobytes().decode())
+            recorded = (meta.get("format"), meta.get("key")) if isinstance(meta, dict) else None
+            if recorded != (FORMAT, key):
+                raise ValueError(f"it records format and key {recorded}")
+            arrays = {name: _load_array(zf, info) for name, info in members.items()}  # after the key
+    if meta.get("sha256") != _entry_hash({k: v for k, v in meta.items() if k != "sha256"}, arrays):
+        raise ValueError("its document or arrays do not match their recorded SHA-256")
     if any(a.dtype.kind == "f" and not np.isfinite(a).all() for a in arrays.values()):
         raise ValueError("it holds non-finite numbers")
     return _decode(meta["value"], arrays)
@@ -257,9 +419,12 @@ def memo(fn: Callable[..., R], *args: Any, cache_dir: str | Path | None = None, 
             cache.quarantine(path, f"{type(exc).__name__}: {exc}")
     result = fn(*args, **kwargs)
     data, finite = _encode(key, result)  # before writing: an unstorable type raises here
-    if not finite:
-        warnings.warn(f"{getattr(fn, '__qualname__', fn)} returned non-finite numbers; the result "
-                      "is not cached", cache.CacheWarning, stacklevel=2)
+    unstored = ("returned non-finite numbers" if not finite else
+                f"returned {len(data):,} bytes, over the {MAX_ENTRY_BYTES:,} limit a read accepts"
+                if len(data) > MAX_ENTRY_BYTES else None)
+    if unstored:
+        warnings.warn(f"{getattr(fn, '__qualname__', fn)} {unstored}; the result is not cached",
+                      cache.CacheWarning, stacklevel=2)
         return result
     cache.commit_file(path, data)
     return result

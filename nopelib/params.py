@@ -12,6 +12,15 @@ Types are checked exactly: papermill's ``-p`` passes a list as a string (``-p ta
 '["nope"]'`` arrives as the text ``["nope"]``), which a loop would otherwise take apart letter
 by letter; the error says to pass lists with ``-y``.
 
+A name in the chapter's globals that the spec does not know, and that looks injected (plain
+data: papermill's ``-p profil paper`` only warns "Passed unknown parameter" and the chapter would
+run with its defaults), is refused too, with the closest known name. Size parameters carry upper
+bounds with the time or memory they stand for (``why=``), so ``n_seeds=10**9`` fails at once
+instead of running for days; seeds are integers in [0, 2**32 - 1] (``SEED``).
+
+``check_args`` applies the same rules to a command's arguments (``parser.error``: exit code 2
+before any work), and ``OutPath`` refuses an output path that cannot be written later.
+
 ``check_training_time`` guards the chapters that train: a profile expected to take over an hour
 on the CPU (the paper profile) is refused unless ``NOPELIB_ALLOW_SLOW=1`` is set, in which
 case it only warns with the expected time. An opt-in rather than a bare warning, because a
@@ -20,16 +29,22 @@ warning scrolls past while the kernel trains for days.
 
 from __future__ import annotations
 
+import argparse
+import difflib
 import math
 import numbers
 import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePath
 from typing import Any
 
 ALLOW_SLOW_ENV = "NOPELIB_ALLOW_SLOW"
 SLOW_HOURS = 1.0  # CPU training expected to take longer than this needs the opt-in
+SEED_MAX = 2**32 - 1  # numpy's default_rng and torch.manual_seed both take 32-bit seeds
+# names IPython and ipykernel put in a kernel's globals: In and Out are plain data, not parameters
+KERNEL_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "open"})
 
 # (predicate over the value and all parameters, what it allows): extra conditions of a rule
 Condition = tuple[Callable[[Any, Mapping[str, Any]], bool], str]
@@ -37,12 +52,18 @@ Condition = tuple[Callable[[Any, Mapping[str, Any]], bool], str]
 
 @dataclass(frozen=True)
 class Rule:
-    """What one parameter accepts: a base check (``_problem``) plus extra conditions."""
+    """What one parameter accepts: a base check (``_ok``) plus extra conditions; ``why`` says
+    where a bound comes from (the time or memory it stands for) and is shown with it."""
 
     conditions: tuple[Condition, ...] = field(default=(), kw_only=True)
+    why: str = field(default="", kw_only=True)
 
     def allowed(self) -> str:
+        """What the base check allows, with ``why``."""
         raise NotImplementedError
+
+    def _reason(self) -> str:
+        return f" ({self.why})" if self.why else ""
 
     def describe(self) -> str:
         """What is allowed, with the extra conditions."""
@@ -87,7 +108,7 @@ class Int(Rule):
     def allowed(self) -> str:
         lo = "" if self.min is None else f" >= {self.min}"
         hi = "" if self.max is None else f" <= {self.max}"
-        return f"an integer{lo}{' and' if lo and hi else ''}{hi}"
+        return f"an integer{lo}{' and' if lo and hi else ''}{hi}{self._reason()}"
 
     def _ok(self, value: Any) -> bool:
         return (_is_int(value) and (self.min is None or value >= self.min)
@@ -96,21 +117,25 @@ class Int(Rule):
 
 @dataclass(frozen=True)
 class Float(Rule):
-    """A finite real number in [min, max] (or (min, max) where ``open``)."""
+    """A finite real number in [min, max] (or (min, max) where ``open``; (min, max] where
+    ``open_min``)."""
 
     min: float | None = None
     max: float | None = None
     open: bool = False
+    open_min: bool = False
 
     def allowed(self) -> str:
-        lo = "" if self.min is None else f" {'>' if self.open else '>='} {self.min}"
+        above = self.open or self.open_min
+        lo = "" if self.min is None else f" {'>' if above else '>='} {self.min}"
         hi = "" if self.max is None else f" {'<' if self.open else '<='} {self.max}"
-        return f"a finite number{lo}{' and' if lo and hi else ''}{hi}"
+        return f"a finite number{lo}{' and' if lo and hi else ''}{hi}{self._reason()}"
 
     def _ok(self, value: Any) -> bool:
         if not _is_real(value) or not math.isfinite(value):
             return False
-        if self.min is not None and (value <= self.min if self.open else value < self.min):
+        above = self.open or self.open_min
+        if self.min is not None and (value <= self.min if above else value < self.min):
             return False
         return self.max is None or (value < self.max if self.open else value <= self.max)
 
@@ -122,7 +147,7 @@ class Choice(Rule):
     options: Sequence[Any] = ()
 
     def allowed(self) -> str:
-        return f"one of {sorted(self.options, key=repr)}"
+        return f"one of {sorted(self.options, key=repr)}{self._reason()}"
 
     def _ok(self, value: Any) -> bool:
         return isinstance(value, (str, int, float)) and value in self.options
@@ -135,7 +160,7 @@ class Optional(Rule):
     rule: Rule = field(default_factory=Int)
 
     def allowed(self) -> str:
-        return f"None or {self.rule.describe()}"
+        return f"None or {self.rule.describe()}{self._reason()}"
 
     def _ok(self, value: Any) -> bool:
         return value is None or self.rule.problem(value, {}) is None
@@ -143,19 +168,25 @@ class Optional(Rule):
 
 @dataclass(frozen=True)
 class ListOf(Rule):
-    """A list (or tuple) of ``min_len`` or more items that ``item`` allows."""
+    """A list (or tuple) of ``min_len`` to ``max_len`` items that ``item`` allows; ``why`` is the
+    reason for ``max_len``."""
 
     item: Rule = field(default_factory=Int)
     min_len: int = 1
     unique: bool = False
+    max_len: int | None = None
 
     def allowed(self) -> str:
+        count = (f"at least {self.min_len}" if self.max_len is None
+                 else f"{self.min_len} to {self.max_len}")
         unique = ", no repeats" if self.unique else ""
-        return (f"a list of at least {self.min_len} item(s), each {self.item.describe()}{unique} "
+        return (f"a list of {count} item(s){self._reason()}, each {self.item.describe()}{unique} "
                 "(papermill: pass lists with -y, e.g. -y 'name: [1, 2]')")
 
     def _ok(self, value: Any) -> bool:
         if not isinstance(value, (list, tuple)) or len(value) < self.min_len:
+            return False
+        if self.max_len is not None and len(value) > self.max_len:
             return False
         if self.unique and len(set(map(repr, value))) != len(value):
             return False
@@ -167,7 +198,8 @@ class Device(Rule):
     """A device name that ``nopelib.train.resolve_device`` accepts on this machine."""
 
     def allowed(self) -> str:
-        return "'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', available on this machine"
+        return ("'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', available on this machine"
+                f"{self._reason()}")
 
     def _ok(self, value: Any) -> bool:
         from nopelib.train import resolve_device  # torch: imported only when a chapter asks
@@ -179,9 +211,90 @@ class Device(Rule):
         return True
 
 
+# a seed of the chapters and commands; torch refuses 2**64 and more, 5 s into the work
+SEED = Int(min=0, max=SEED_MAX,
+           why="a 32-bit seed, which numpy's default_rng and torch.manual_seed both accept")
+
+
+def _output_problem(path: Path, folder: bool) -> str | None:
+    """Why ``path`` cannot be written later (as a file, or with ``folder`` as a folder), or
+    None. Nothing is created: the nearest existing ancestor must be a writable folder."""
+    if folder and path.exists() and not path.is_dir():
+        return f"{path} exists and is not a folder"
+    if not folder and path.is_dir():
+        return f"{path} is an existing folder"
+    ancestor = next(p for p in path.absolute().parents if os.path.lexists(p))
+    if not ancestor.is_dir():
+        return f"{ancestor} is not a folder, so nothing can be created under it"
+    writable = path if folder and path.is_dir() else ancestor
+    if not os.access(writable, os.W_OK | os.X_OK):
+        return f"{writable} is not writable"
+    return None
+
+
+@dataclass(frozen=True)
+class OutPath(Rule):
+    """A path that a file (or with ``folder``, a folder) can be written to later: not an
+    existing folder (not an existing file), under a writable folder; missing parent folders
+    are fine, they are created when the output is written."""
+
+    folder: bool = False
+
+    def allowed(self) -> str:
+        what = "a folder path (not a file)" if self.folder else "a file path (not a folder)"
+        return f"{what} under a writable folder; missing folders are created{self._reason()}"
+
+    def _ok(self, value: Any) -> bool:
+        return isinstance(value, (str, PurePath))
+
+    def problem(self, value: Any, params: Mapping[str, Any]) -> str | None:
+        """The specific reason (which folder is a file or not writable), then what is allowed."""
+        why = super().problem(value, params)
+        if why is None and (bad := _output_problem(Path(value), self.folder)):
+            return f"{bad}; allowed: {self.allowed()}"
+        return why
+
+
+def _shown(value: Any, limit: int = 200) -> str:
+    """``repr(value)``, cut short: a 20,000-item list should not fill the screen."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = f" ({len(value)} items)" if isinstance(value, (list, tuple, dict)) else ""
+    return f"{text[:limit]}...{size}"
+
+
+def _plain(value: Any) -> bool:
+    """Whether papermill could have injected ``value``: a literal of strings, numbers, bools
+    and None, or lists, tuples and dicts of them (a module, class, function, rule or a dict of
+    tasks cannot be)."""
+    if value is None or isinstance(value, (str, int, float)):  # bool is an int
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(map(_plain, value))
+    if isinstance(value, dict):
+        return all(_plain(k) and _plain(v) for k, v in value.items())
+    return False
+
+
+def _unknown(spec: Mapping[str, Rule], params: Mapping[str, Any]) -> list[str]:
+    """One problem per name in ``params`` that looks like an injected parameter but is not
+    in ``spec``, with the closest known name."""
+    problems = []
+    for name, value in params.items():
+        if (name in spec or name.startswith("_") or name in KERNEL_NAMES or value is spec
+                or not _plain(value)):
+            continue
+        close = difflib.get_close_matches(name, list(spec), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"its parameters: {sorted(spec)}"
+        problems.append(f"{name}={_shown(value)} is not a parameter of this chapter; {hint}")
+    return problems
+
+
 def check_params(spec: Mapping[str, Rule], params: Mapping[str, Any]) -> None:
     """Raise one ValueError listing every parameter in ``spec`` whose value in ``params`` (a
-    chapter's ``globals()``) is not allowed: name, value, and what is allowed."""
+    chapter's ``globals()``) is not allowed (name, value, and what is allowed), and every name
+    in ``params`` that looks like an injected parameter but is not in ``spec``."""
     problems = []
     for name, rule in spec.items():
         if name not in params:
@@ -189,16 +302,33 @@ def check_params(spec: Mapping[str, Rule], params: Mapping[str, Any]) -> None:
             continue
         why = rule.problem(params[name], params)
         if why is not None:
-            problems.append(f"{name}={params[name]!r} is not allowed: {why}")
+            problems.append(f"{name}={_shown(params[name])} is not allowed: {why}")
+    problems += _unknown(spec, params)
     if problems:
         raise ValueError("bad parameter(s):\n  " + "\n  ".join(problems))
+
+
+def check_args(parser: argparse.ArgumentParser, checks: Mapping[str, tuple[Any, Rule]]) -> None:
+    """Exit through ``parser.error`` (code 2, before any work) naming every flag whose value
+    its rule refuses, the value and what is allowed. ``checks`` maps a flag to (value, rule);
+    a list (``nargs``) is checked item by item, and None (a flag left out) passes."""
+    problems = []
+    for flag, (value, rule) in checks.items():
+        for item in value if isinstance(value, list) else [value]:
+            why = None if item is None else rule.problem(item, {})
+            if why is not None:
+                problems.append(f"{flag} {item} is not allowed: {why}")
+    if problems:
+        parser.error("\n  ".join(problems))
 
 
 def check_training_time(profile: Any, n_runs: int, device: str = "auto") -> None:
     """Refuse, before any work, CPU training expected to take over SLOW_HOURS, unless
     $NOPELIB_ALLOW_SLOW=1 (then warn with the expected time). ``profile`` is a profile name or a
-    ``TrainProfile``; the estimate is ``train.expected_cpu_seconds`` on one process per core."""
-    from nopelib.train import expected_cpu_seconds, get_profile, resolve_device
+    ``TrainProfile``; the estimate is ``launch.expected_cpu_seconds`` on one process per core."""
+    from nopelib.launch import expected_cpu_seconds
+    from nopelib.profiles import get_profile
+    from nopelib.train import resolve_device
 
     if resolve_device(device).type != "cpu" or n_runs < 1:
         return

@@ -47,7 +47,7 @@ from nopelib.claims import t_interval
 from nopelib.metrics import embedding_variance, nrmse, pearson_r
 from nopelib.model import GPT
 from nopelib.tasks import encode, encode_batch, make_split
-from nopelib.train import TrainProfile, get_profile
+from nopelib.profiles import TrainProfile, get_profile
 
 FEATURE_SETS = ("cosine", "variance", "hidden")
 

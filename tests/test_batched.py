@@ -13,13 +13,15 @@ import pytest
 import torch
 
 import nopelib.train as tr
-from nopelib import batched
+from nopelib import profiles
+from nopelib import runs as rc
+from nopelib import batched, launch
 from nopelib.analysis import random_model
 from nopelib.model import GPTConfig
 
 # clipping at 0.05 is active at every step: a clip shared across seeds would show here
 TINY = replace(
-    tr.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
+    profiles.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
     steps=40, batch_size=8, warmup_steps=4, n_train=64, n_test=16, n_eval=16,
     eval_batch_size=16, log_every=10, seeds=(0,), task_budgets=(), curve_every=20, n_curve=16,
     grad_clip=0.05,
@@ -63,15 +65,15 @@ def test_clipping_is_per_seed():
 
 
 def test_batched_runs_are_cached_under_their_own_key(tmp_path):
-    runs = [("reversal", 0), ("reversal", 1)]
-    first = batched.train_many_batched(runs, TINY, "cpu", cache_dir=tmp_path)
-    again = batched.train_many_batched(runs, TINY, "cpu", cache_dir=tmp_path)
-    for run in runs:
+    pairs = [("reversal", 0), ("reversal", 1)]
+    first = launch.train_many(pairs, TINY, "cpu", cache_dir=tmp_path, backend="batched")
+    again = launch.train_many(pairs, TINY, "cpu", cache_dir=tmp_path, backend="batched")
+    for run in pairs:
         assert not first[run].from_cache and again[run].from_cache
         assert first[run].profile.name == "tiny+batched"
         assert first[run].metrics["batched_seeds"] == [0, 1]
         assert 0 <= first[run].metrics["accuracy"] <= 1
     committed = {p.name for p in (tmp_path / "runs").iterdir()}
-    assert committed == {tr.run_key("reversal", s, batched.batched_profile(TINY), "cpu")
+    assert committed == {rc.run_key("reversal", s, TINY.batched(), "cpu")
                          for s in (0, 1)}
-    assert tr.run_key("reversal", 0, TINY, "cpu") not in committed
+    assert rc.run_key("reversal", 0, TINY, "cpu") not in committed

@@ -17,14 +17,16 @@ from pathlib import Path
 import pytest
 import torch
 
-import nopelib.train as tr
+from nopelib import launch, profiles
+from nopelib import runs as rc
+from nopelib import cache
 from nopelib import distributed
 from nopelib.model import GPTConfig
 
 ray = pytest.importorskip("ray")
 
 TINY = replace(
-    tr.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=1, n_head=2, n_embd=16),
+    profiles.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=1, n_head=2, n_embd=16),
     steps=6, batch_size=8, warmup_steps=2, n_train=64, n_test=16, n_eval=16,
     eval_batch_size=16, log_every=3, seeds=(0,), task_budgets=(), curve_every=0, n_curve=16,
 )
@@ -39,7 +41,7 @@ def ray_instance():
     ray.shutdown()
 
 
-def _weights(run: tr.TrainedRun) -> dict[str, torch.Tensor]:
+def _weights(run: rc.TrainedRun) -> dict[str, torch.Tensor]:
     return run.model.state_dict()
 
 
@@ -50,8 +52,8 @@ def _committed(cache: Path) -> list[str]:
 
 def test_ray_runs_equal_local_runs_bit_for_bit_and_share_the_cache(tmp_path):
     runs = [("addition", 0), ("reversal", 1)]
-    on_ray = tr.train_many(runs, TINY, "cpu", cache_dir=tmp_path / "ray", backend="ray")
-    local = tr.train_many(runs, TINY, "cpu", cache_dir=tmp_path / "local", workers=1)
+    on_ray = launch.train_many(runs, TINY, "cpu", cache_dir=tmp_path / "ray", backend="ray")
+    local = launch.train_many(runs, TINY, "cpu", cache_dir=tmp_path / "local", workers=1)
     assert _committed(tmp_path / "ray") == _committed(tmp_path / "local")  # same keys
     for run in runs:
         assert not on_ray[run].from_cache and not local[run].from_cache
@@ -60,9 +62,9 @@ def test_ray_runs_equal_local_runs_bit_for_bit_and_share_the_cache(tmp_path):
         assert on_ray[run].metrics["accuracy"] == local[run].metrics["accuracy"]
         assert on_ray[run].metrics["worker"].split(" pid ")[1] != str(os.getpid())
     # the local backend finds what Ray trained, and Ray what is cached
-    again = tr.train_many(runs, TINY, "cpu", cache_dir=tmp_path / "ray")
+    again = launch.train_many(runs, TINY, "cpu", cache_dir=tmp_path / "ray")
     assert all(again[run].from_cache for run in runs)
-    again = tr.train_many(runs, TINY, "cpu", cache_dir=tmp_path / "local", backend="ray")
+    again = launch.train_many(runs, TINY, "cpu", cache_dir=tmp_path / "local", backend="ray")
     assert all(again[run].from_cache for run in runs)
 
 
@@ -88,19 +90,18 @@ def _train_while_killing(cache: Path, max_retries: int):
     killer = threading.Thread(target=_kill_worker_when_training, args=(killed,))
     killer.start()
     try:
-        return distributed.train_many_ray([("addition", 0)], SLOW, "cpu", cache,
-                                          max_retries=max_retries), killed
+        return distributed.train_missing_ray([("addition", 0, SLOW)], "cpu", cache / "runs",
+                                             max_retries=max_retries), killed
     finally:
         killer.join()
 
 
 def test_a_worker_killed_mid_run_is_retried(tmp_path):
-    result, killed = _train_while_killing(tmp_path, max_retries=2)
-    assert len(killed) == 1
-    run = result["addition", 0]
-    assert not run.from_cache
-    assert run.metrics["worker"].split(" pid ")[1] != str(killed[0])  # another process
-    assert _committed(tmp_path) == [tr.run_key("addition", 0, SLOW, "cpu")]  # no leftovers
+    (job,), killed = _train_while_killing(tmp_path, max_retries=2)
+    assert len(killed) == 1 and job.missing
+    _, metrics = rc.load_run(tmp_path / "runs" / job.key, job.key, SLOW)
+    assert metrics["worker"].split(" pid ")[1] != str(killed[0])  # another process
+    assert _committed(tmp_path) == [rc.run_key("addition", 0, SLOW, "cpu")]  # no leftovers
 
 
 def test_a_worker_killed_without_retries_commits_nothing(tmp_path):
@@ -123,7 +124,7 @@ def test_a_worker_with_other_sources_refuses_the_drivers_key():
 ])
 def test_bad_backend_arguments_are_refused(tmp_path, kwargs, match):
     with pytest.raises(ValueError, match=match):
-        tr.train_many([("addition", 0)], TINY, cache_dir=tmp_path, **kwargs)
+        launch.train_many([("addition", 0)], TINY, cache_dir=tmp_path, **kwargs)
     assert _committed(tmp_path) == []
 
 
@@ -136,10 +137,10 @@ def test_default_gpu_fraction_follows_model_size():
 def test_a_grid_trains_on_ray_and_reports_it(tmp_path, monkeypatch):
     from nopelib import grid
 
-    monkeypatch.setenv(tr.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
     tiny = grid.Grid("t", ("addition",), (0,), (TINY,), n_inputs=8)
     rows = grid.run_grid(tiny, device="cpu", backend="ray")
     assert ray.is_initialized()  # the running instance was used, not shut down
-    local = tr.train_or_load("addition", 0, TINY, "cpu")
+    local = rc.train_or_load("addition", 0, TINY, "cpu")
     assert local.from_cache and rows[0]["key"] == local.metrics["key"]
     assert not rows[0]["from_cache"] and rows[0]["device"] == "cpu"

@@ -5,19 +5,22 @@ is complete; bad names are refused."""
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-import nopelib.train as tr
+from nopelib import results, profiles
+from nopelib import runs as rc
+from nopelib import cache
 from nopelib import analysis, grid, viz
 
 
 @pytest.fixture(autouse=True)
 def _cache_in_tmp(tmp_path, monkeypatch):
-    monkeypatch.setenv(tr.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -29,7 +32,7 @@ def test_the_named_grids():
     assert paper.n_runs == 4 * 5 * 9 == 180
     sizes = {(p.model.n_layer, p.model.n_embd) for p in paper.profiles}
     assert sizes == {(n, d) for n in (6, 12, 24) for d in (192, 384, 768)}
-    assert tr.PROFILES["paper"] in paper.profiles  # the base model's runs are the chapters'
+    assert profiles.PROFILES["paper"] in paper.profiles  # the base model's runs are the chapters'
     assert len({p.name for p in paper.profiles}) == 9
     assert grid.GRIDS["paper-base"].n_runs == 20
 
@@ -77,16 +80,28 @@ def test_summary_table(tmp_path):
 
 def _write(tmp_path, rows):
     path = tmp_path / "s.json"
-    grid.write_summary(path, {"grid": "t"}, rows)
-    assert json.loads(path.read_text())["provenance"] == {"grid": "t"}
+    provenance = results.provenance("test", [], time.perf_counter(), grid="t", backend="local")
+    grid.write_summary(path, provenance, rows)
+    assert json.loads(path.read_text())["provenance"] == provenance
     return path
 
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(grid="nope"), "grid='nope' is unknown"),
     (dict(grid="tiny", backend="mpi"), "backend='mpi' is unknown"),
-    (dict(grid="tiny", backend="ray", batched=True), "batched=True .* backend='local'"),
+    (dict(grid="tiny", backend="ray", batched=True), "batched=True .* backend='ray'"),
 ])
 def test_bad_grid_arguments_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
         grid.run_grid(**kwargs)
+
+
+def test_the_gpu_command_runs_on_the_cpu_with_the_tiny_grid(tmp_path):
+    """The README's GPU run (``--batched``, the paper-base grid) is the same command as this,
+    on the tiny grid and the CPU: the batched backend, its own keys, a validated summary."""
+    out = tmp_path / "grid_tiny.json"
+    grid.main(["tiny", "--device", "cpu", "--batched", "--out", str(out)])
+    provenance, runs = grid.load_summary(out)
+    assert provenance["batched"] and provenance["backend"] == "batched"
+    assert set(runs["profile"]) == {"tiny+batched", "tiny-L3+batched"}
+    assert runs["accuracy"].between(0, 1).all()

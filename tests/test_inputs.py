@@ -13,7 +13,8 @@ import pytest
 import torch
 
 import nopelib
-import nopelib.train as tr
+from nopelib import profiles
+from nopelib import cache
 from nopelib.metrics import adjacency_row_scores, adjacency_score, nrmse, pearson_r
 from nopelib.model import GPT, VOCAB_SIZE, GPTConfig
 from nopelib.probe import window_positions
@@ -72,7 +73,7 @@ def test_gpt_config_rejects_values_that_cannot_train(field, value):
 ])
 def test_train_profile_rejects_values_that_cannot_train(field, value):
     with pytest.raises(ValueError, match=field):
-        replace(tr.PROFILES["cpu"], **{field: value})
+        replace(profiles.PROFILES["cpu"], **{field: value})
 
 
 def test_the_model_does_not_import_the_tasks_and_keeps_the_vocabulary_size():

@@ -1,11 +1,21 @@
-"""Tests of nopelib.memo: a call is computed once, keyed by content, committed atomically, and
-read back without pickle: a poisoned, damaged or mismatched entry is a miss, never a result."""
+"""Tests of nopelib.memo: a call is computed once, keyed by content (bound instances, numpy
+scalars' dtypes and a notebook function's globals included), committed atomically, and read back
+without pickle: a poisoned, damaged, tampered or mismatched entry is a miss, never a result, and
+a planted FIFO, symlink or zip bomb is refused promptly and without inflating it."""
 
 from __future__ import annotations
 
+import dataclasses
+import io
+import os
 import pickle
+import random
 import shutil
+import stat
+import threading
+import tracemalloc
 import warnings
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +24,7 @@ import pytest
 import torch
 
 import nopelib.memo as memo_mod
-import nopelib.train as tr
+from nopelib import cache
 from nopelib.cache import CacheWarning
 from nopelib.memo import call_key, memo
 from nopelib.model import GPT, GPTConfig
@@ -36,7 +46,7 @@ def failing_study(x):
 
 @pytest.fixture(autouse=True)
 def _cache_in_tmp(tmp_path, monkeypatch):
-    monkeypatch.setenv(tr.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.delenv(memo_mod.MEMO_ENV, raising=False)
     CALLS.clear()
 
@@ -180,7 +190,6 @@ def test_a_poisoned_entry_does_not_run_its_payload(tmp_path):
     marker = tmp_path / "payload-ran"
     poison = pickle.dumps(_Payload(marker))
     # the bare pickle, and the pickle inside an otherwise well-formed npz (an object array)
-    import io
     buf = io.BytesIO()
     np.save(buf, np.array([_Payload(marker)], dtype=object), allow_pickle=True)
     for payload in (poison, buf.getvalue()):
@@ -255,7 +264,7 @@ def test_every_returned_type_round_trips_exactly():
     again = memo(mixed_study, 2)
     pd.testing.assert_frame_equal(first[0], again[0])
     assert again[1] == 1.5 and isinstance(again[1], float)
-    assert again[2]["k"][0] == np.float32(2.5) and again[2]["k"][0].dtype == np.float32
+    assert again[2]["k"][0] == np.float32(2.5) and isinstance(again[2]["k"][0], np.float32)
     np.testing.assert_array_equal(again[2]["k"][1], np.arange(3))
     assert again[2][3] == (None, "s", 4)
 
@@ -288,3 +297,265 @@ def test_the_cache_module_is_not_training():
     code = "import sys, nopelib.memo; print('nopelib.train' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# --- the checksum covers the whole document -------------------------------------------------
+
+def verdict_study(x):
+    CALLS.append((x,))
+    return {"score": 0.5, "verdict": "weakens", "x": x}
+
+
+def _rewrite_meta(path: Path, edit) -> None:
+    """Rewrite the entry at ``path`` with ``edit`` applied to its ``__meta__`` text, the arrays
+    and the recorded checksum kept: a tampered document, not a damaged file."""
+    with np.load(path) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    text = arrays["__meta__"].tobytes().decode()
+    edited = edit(text)
+    assert edited != text
+    arrays["__meta__"] = np.frombuffer(edited.encode(), dtype=np.uint8)
+    with path.open("wb") as f:
+        np.savez(f, **arrays)
+
+
+@pytest.mark.parametrize("old, new", [('["score", 0.5]', '["score", 0.9]'),
+                                      ('"weakens"', '"strengthens"')])
+def test_a_tampered_document_is_recomputed_and_replaced(tmp_path, old, new):
+    assert memo(verdict_study, 1)["score"] == 0.5
+    path = _entry(tmp_path)
+    _rewrite_meta(path, lambda text: text.replace(old, new))
+    with pytest.warns(CacheWarning, match=path.name) as caught:
+        assert memo(verdict_study, 1) == {"score": 0.5, "verdict": "weakens", "x": 1}
+    assert sum(issubclass(w.category, CacheWarning) for w in caught) == 1
+    assert "SHA-256" in str(caught[0].message)
+    assert len(CALLS) == 2
+    assert list(path.parent.glob(f".bad-{path.name}-*"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert memo(verdict_study, 1)["verdict"] == "weakens"  # replaced: a clean hit
+    assert len(CALLS) == 2
+
+
+# --- keys tell apart what gives different results --------------------------------------------
+
+class Scaler:
+    def __init__(self, factor):
+        self.factor = factor
+
+    def apply(self, x):
+        CALLS.append((x,))
+        return x * self.factor
+
+
+@dataclasses.dataclass(frozen=True)
+class Offset:
+    by: float
+
+    def add(self, x):
+        return x + self.by
+
+
+class Sealed:
+    """State in a slot, which vars() cannot see: memo must refuse it, not key it by name."""
+    __slots__ = ("factor",)
+
+    def __init__(self, factor):
+        self.factor = factor
+
+    def apply(self, x):
+        return x * self.factor
+
+
+def test_bound_methods_are_keyed_by_their_instance():
+    assert memo(Scaler(2).apply, 3) == 6
+    assert memo(Scaler(10).apply, 3) == 30
+    assert memo(Scaler(10).apply, 3) == 30  # an equal instance: cached
+    assert len(CALLS) == 2
+    assert call_key(Offset(1.0).add, (3,), {}) != call_key(Offset(2.0).add, (3,), {})  # dataclass
+    assert call_key(Offset(1.0).add, (3,), {}) == call_key(Offset(1.0).add, (3,), {})
+
+
+def test_an_instance_that_cannot_be_fingerprinted_is_refused():
+    with pytest.raises(TypeError, match=r"Sealed\.apply\.__self__ has type Sealed"):
+        call_key(Sealed(2).apply, (1,), {})
+    with pytest.raises(TypeError, match=r"__self__ has type Random"):  # its state is in C
+        call_key(random.Random(0).random, (), {})
+    with pytest.raises(TypeError, match=r"__self__\.__dict__\['factor'\] has type set"):
+        call_key(Scaler({1}).apply, (1,), {})
+
+
+def test_numpy_scalars_are_keyed_with_their_dtype():
+    def key(x):
+        return call_key(study, (x,), {})
+
+    keys = [key(0.5), key(np.float32(0.5)), key(np.float64(0.5)), key(3), key(np.int64(3)),
+            key(np.int32(3)), key(True), key(np.bool_(True))]
+    assert len(set(keys)) == len(keys)
+    assert key(np.float32(0.5)) == key(np.float32(0.5))
+
+
+def _cell(namespace: dict, source: str) -> None:
+    exec(compile(source, "<cell>", "exec"), namespace)
+
+
+def test_globals_a_notebook_function_reads_are_part_of_the_key():
+    ns: dict = {"__name__": "__main__", "np": np, "study": study, "x": 1}
+    _cell(ns, "def f():\n    return x * 2\n")
+    assert memo(ns["f"]) == 2
+    ns["x"] = 2
+    assert memo(ns["f"]) == 4  # not the stale 2
+    ns["x"] = 1
+    assert memo(ns["f"]) == 2  # and the first entry is still found
+    # through a notebook helper, a comprehension and a default; modules, importable functions
+    # and builtins count by name
+    g_source = ("def g(n, k=K):\n"
+                "    return [helper(i) * k for i in range(n)] + [len(np.ones(1)), study]\n")
+    ns.update(y=1, K=1)
+    _cell(ns, "def helper(v):\n    return v + y\n" + g_source)
+    before = call_key(ns["g"], (2,), {})
+    ns["y"] = 5
+    assert call_key(ns["g"], (2,), {}) != before
+    ns["y"] = 1
+    assert call_key(ns["g"], (2,), {}) == before
+    ns["K"] = 3
+    _cell(ns, g_source)
+    assert call_key(ns["g"], (2,), {}) != before  # the default's value, not its name
+
+
+def test_a_global_that_cannot_be_fingerprinted_is_refused():
+    ns: dict = {"__name__": "__main__", "x": {1, 2}}
+    _cell(ns, "def f():\n    return len(x)\n")
+    with pytest.raises(TypeError, match=r"global 'x' read by f has type set"):
+        memo(ns["f"])
+    _cell(ns, "def uses_helper():\n    return helper()\ndef helper():\n    return x\n")
+    with pytest.raises(TypeError, match=r"global 'x' read by helper has type set"):
+        call_key(ns["uses_helper"], (), {})
+
+
+def test_a_recursive_notebook_function_has_a_key():
+    ns: dict = {"__name__": "__main__"}
+    _cell(ns, "def fact(n):\n    return 1 if n < 2 else n * fact(n - 1)\n")
+    assert memo(ns["fact"], 5) == 120
+    assert memo(ns["fact"], 5) == 120
+
+
+# --- readers cannot hang or blow up memory ---------------------------------------------------
+
+def _memo_in_a_thread(timeout: float = 10.0) -> tuple[object, list]:
+    """memo(study, [1, 2]) in a thread joined with a timeout: a reader that blocks fails the
+    test instead of hanging it. Returns the result and the warnings it raised."""
+    out: dict = {}
+
+    def call():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out["result"] = memo(study, [1, 2])
+        out["warnings"] = caught
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert not thread.is_alive(), "the cache read blocked"
+    return out["result"], out["warnings"]
+
+
+@pytest.mark.parametrize("plant", ["fifo", "symlink to /dev/zero", "symlink to a good entry"])
+def test_a_special_file_or_symlink_is_moved_aside_unread(tmp_path, plant):
+    memo(study, [1, 2])
+    path = _entry(tmp_path)
+    good = tmp_path / "good.npz"
+    path.rename(good)
+    if plant == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero" if "zero" in plant else good)
+    result, caught = _memo_in_a_thread()
+    assert result["value"].tolist() == [1.0, 2.0]
+    assert len(CALLS) == 2
+    messages = [str(w.message) for w in caught if issubclass(w.category, CacheWarning)]
+    assert len(messages) == 1 and path.name in messages[0] and "not a regular file" in messages[0]
+    assert stat.S_ISREG(os.lstat(path).st_mode)  # replaced by a good entry
+    (aside,) = path.parent.glob(f".bad-{path.name}-*")  # the planted file itself, moved
+    assert stat.S_ISFIFO(os.lstat(aside).st_mode) if plant == "fifo" else aside.is_symlink()
+
+
+def _plant_npz(path: Path, meta: bytes, header: dict, n_zero_bytes: int) -> None:
+    """A compressed npz at ``path``: ``meta`` as ``__meta__`` and a member ``a0`` with .npy
+    ``header`` followed by ``n_zero_bytes`` zeros, streamed so the test never holds them."""
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, np.frombuffer(meta, dtype=np.uint8))
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("__meta__.npy", buf.getvalue())
+        with zf.open("a0.npy", "w", force_zip64=True) as f:
+            np.lib.format.write_array_header_1_0(f, header)
+            chunk = bytes(1 << 20)
+            for start in range(0, n_zero_bytes, len(chunk)):
+                f.write(chunk[:n_zero_bytes - start])
+
+
+def _meta_of(path: Path) -> bytes:
+    with np.load(path) as npz:
+        return npz["__meta__"].tobytes()
+
+
+def _peak_bytes_of_a_recomputing_call(path: Path, match: str) -> int:
+    """memo(study, [1, 2]) over the planted ``path``: it warns (``match``), recomputes the right
+    value, and returns the peak memory Python and numpy allocated meanwhile."""
+    tracemalloc.start()
+    try:
+        with pytest.warns(CacheWarning, match=match):
+            assert memo(study, [1, 2])["value"].tolist() == [1.0, 2.0]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert list(path.parent.glob(f".bad-{path.name}-*"))
+    return peak
+
+
+def _f8(shape: tuple) -> dict:
+    return {"descr": "<f8", "fortran_order": False, "shape": shape}
+
+
+def test_a_zip_bomb_of_another_key_is_refused_before_inflating(tmp_path):
+    memo(study, [7, 8])
+    other_meta = _meta_of(_entry(tmp_path))
+    _entry(tmp_path).unlink()
+    CALLS.clear()
+    memo(study, [1, 2])
+    path = _entry(tmp_path)
+    n = 64 << 20  # 64 MiB of zeros: a file of ~64 KiB
+    _plant_npz(path, other_meta, _f8((n // 8,)), n)
+    assert path.stat().st_size < n // 100
+    assert _peak_bytes_of_a_recomputing_call(path, "key") < n // 8
+    assert len(CALLS) == 2
+
+
+def test_arrays_over_the_size_limit_are_refused_before_inflating(tmp_path, monkeypatch):
+    memo(study, [1, 2])
+    path = _entry(tmp_path)
+    n = 8 << 20
+    _plant_npz(path, _meta_of(path), _f8((n // 8,)), n)  # the right key, a huge member
+    monkeypatch.setattr(memo_mod, "MAX_ENTRY_BYTES", 1 << 20)
+    assert _peak_bytes_of_a_recomputing_call(path, "uncompressed, over the") < n // 4
+    assert len(CALLS) == 2
+
+
+def test_an_array_header_claiming_more_than_its_member_holds_is_refused(tmp_path):
+    memo(study, [1, 2])
+    path = _entry(tmp_path)
+    _plant_npz(path, _meta_of(path), _f8((10 ** 12,)), 16)  # 8 TB claimed, 16 bytes held
+    assert _peak_bytes_of_a_recomputing_call(path, "declares") < 1 << 20
+
+
+def test_a_file_over_the_size_limit_is_refused_and_a_result_over_it_not_stored(tmp_path, monkeypatch):
+    memo(study, [1, 2])
+    path = _entry(tmp_path)
+    monkeypatch.setattr(memo_mod, "MAX_ENTRY_BYTES", 100)
+    with pytest.warns(CacheWarning) as caught:
+        assert memo(study, [1, 2])["value"].tolist() == [1.0, 2.0]
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 2
+    assert path.name in messages[0] and "bytes, over the 100 limit" in messages[0]
+    assert "not cached" in messages[1]
+    assert _results(tmp_path) == []  # nothing a read would refuse is written

@@ -7,14 +7,15 @@ error that names the parameter.
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from nopelib.params import (ALLOW_SLOW_ENV, Choice, Device, Float, Int, ListOf, Optional,
-                            check_params, check_training_time)
+from nopelib.params import (ALLOW_SLOW_ENV, SEED, SEED_MAX, Choice, Device, Float, Int, ListOf,
+                            Optional, check_params, check_training_time)
 
 BOOK = Path(__file__).resolve().parent.parent / "book"
 
@@ -50,6 +51,47 @@ def test_conditions_may_look_at_other_parameters():
         check_params(spec, {"T": 2, "w": 2})
     with pytest.raises(ValueError, match="w is missing"):
         check_params(spec, {"T": 2})
+
+
+def test_an_unknown_name_is_refused_with_the_closest_known_one():
+    """papermill only warns about ``-p profil paper``; the check names it and the parameter
+    that was meant. Private, kernel, module, function and non-literal names are not flagged."""
+    spec = {"profile": Choice(["cpu", "paper"]), "n_seeds": Int(min=1)}
+    values = {"profile": "cpu", "n_seeds": 3, "profil": "paper", "zzz": [1, {"a": None}],
+              "_": 5, "In": ["x = 1"], "Out": {}, "get_ipython": print, "math": math,
+              "TASKS": {"a": object()}, "SPEC": spec, "Rule": Int, "flag": True}
+    with pytest.raises(ValueError) as err:
+        check_params(spec, values)
+    lines = str(err.value).splitlines()[1:]
+    assert lines == [
+        "  profil='paper' is not a parameter of this chapter; did you mean 'profile'?",
+        "  zzz=[1, {'a': None}] is not a parameter of this chapter; its parameters: "
+        "['n_seeds', 'profile']",
+        "  flag=True is not a parameter of this chapter; its parameters: ['n_seeds', 'profile']"]
+    empty: dict = {}
+    check_params(empty, {"SPEC": empty})  # the spec itself, even an empty (plain) one
+
+
+def test_a_long_value_is_cut_short_in_the_message():
+    with pytest.raises(ValueError) as err:
+        check_params({"xs": ListOf(Float(), max_len=3, why="cost")}, {"xs": [0.5] * 20_000})
+    text = str(err.value)
+    assert len(text) < 600
+    assert "(20000 items) is not allowed: a list of 1 to 3 item(s) (cost)" in text
+
+
+def test_seeds_are_32_bit():
+    for ok in (0, 1, SEED_MAX):
+        assert SEED.problem(ok, {}) is None
+    for bad in (-1, SEED_MAX + 1, 2**64, 1.0, True):
+        assert "32-bit seed" in SEED.problem(bad, {})
+
+
+def test_bounds_and_their_reasons():
+    assert Int(max=5, why="5 is an hour").problem(6, {}) == "an integer <= 5 (5 is an hour)"
+    assert ListOf(Int(), max_len=2).problem([1, 2, 3], {}).startswith("a list of 1 to 2 item(s)")
+    assert Float(min=0, max=1, open_min=True).problem(0.0, {}) == "a finite number > 0 and <= 1"
+    assert Float(min=0, max=1, open_min=True).problem(1.0, {}) is None
 
 
 def test_devices():
@@ -144,3 +186,134 @@ def test_a_bad_parameter_fails_the_chapter_within_seconds(tmp_path, monkeypatch,
     assert named in err.value.evalue, err.value.evalue
     assert err.value.source.startswith("# Check every parameter")  # the cell after parameters
     assert seconds < 30, f"{chapter} took {seconds:.1f} s to reject {params}"
+
+
+def _run_check(chapter: str, params: dict) -> None:
+    """The chapter's check cell on its defaults updated with ``params``, as papermill injects
+    them (trained: on the CPU, so that the defaults pass on a GPU-less machine too)."""
+    parameters, check = _cells(chapter)
+    namespace: dict = {}
+    exec(parameters, namespace)
+    if chapter == "trained":
+        namespace["device"] = "cpu"
+    namespace.update(params)
+    exec(check, namespace)
+
+
+@pytest.mark.parametrize("chapter", ["averaging_effect", "random_init", "trained", "probes"])
+def test_every_chapter_passes_its_defaults(monkeypatch, chapter):
+    """Nothing the check cell defines (imports, the spec) reads as an unknown parameter."""
+    monkeypatch.delenv(ALLOW_SLOW_ENV, raising=False)
+    _run_check(chapter, {})
+
+
+TYPOS = [("averaging_effect", "n_text", "n_texts"), ("random_init", "n_seed", "n_seeds"),
+         ("trained", "profil", "profile"), ("probes", "model_seed", "model_seeds")]
+
+
+@pytest.mark.parametrize("chapter, typo, meant", TYPOS, ids=[t for _, t, _ in TYPOS])
+def test_a_misspelt_parameter_names_the_one_meant(chapter, typo, meant):
+    with pytest.raises(ValueError) as err:
+        _run_check(chapter, {typo: 20})
+    assert str(err.value).splitlines()[1:] == [
+        f"  {typo}=20 is not a parameter of this chapter; did you mean {meant!r}?"]
+
+
+BOUNDS = [  # (chapter, parameters, what the error must name, its estimate), one per new bound
+    ("averaging_effect", {"n_texts": 2049}, "n_texts=2049", "~17 min at 2048"),
+    ("averaging_effect", {"n_long": 1025}, "n_long=1025", "~9 min at 1024"),
+    ("averaging_effect", {"n_models": 10**9}, "n_models=", "~10 min at 1024"),
+    ("averaging_effect", {"sweep_seeds": 129}, "sweep_seeds=", "~17 min at 128"),
+    ("averaging_effect", {"n_grid": 501}, "n_grid=", "~13 min at 500"),
+    ("averaging_effect", {"mc_draws": 100_001}, "mc_draws=", "3.4 GB at 100,000 draws"),
+    ("averaging_effect", {"mc_dim": 4097}, "mc_dim=4097", "4.3 GB at width 4096"),
+    ("averaging_effect", {"mc_draws": 100_000, "mc_dim": 128}, "mc_dim=128", "4.4 GB"),
+    ("averaging_effect", {"n_null": 100_001}, "n_null=", "~6 min at 100,000"),
+    ("averaging_effect", {"archs": [[6, 384]] * 17}, "archs=", "~1.5 min at 16"),
+    ("averaging_effect", {"archs": [[97, 192]]}, "archs=[[97, 192]]", "n_layer <= 96"),
+    ("averaging_effect", {"archs": [[24, 3072]]}, "archs=[[24, 3072]]", "4.8 GB"),
+    ("averaging_effect", {"thr_seeds": 257}, "thr_seeds=", "~20 min at 256"),
+    ("averaging_effect", {"thr_texts": 513}, "thr_texts=", "~17 min at 512"),
+    ("averaging_effect", {"thr_grid": 201}, "thr_grid=", "~10 min at 200"),
+    ("averaging_effect", {"excess_seeds": 1025}, "excess_seeds=", "~10 min at 1024"),
+    ("averaging_effect", {"excess_sigmas": [0.1 + i for i in range(65)]}, "excess_sigmas=",
+     "~4 min at 64"),
+    ("random_init", {"n_seeds": 10**9}, "n_seeds=1000000000", "~1.1 h at 200"),
+    ("random_init", {"inputs_per_task": 10**8}, "inputs_per_task=", "~1.7 h at 2048"),
+    ("random_init", {"init_means": [0.0] * 33}, "init_means=", "~8 min at 32"),
+    ("random_init", {"init_stds": [0.02] * 20_000}, "init_stds=", "~8 min at 32"),
+    ("random_init", {"grid_layers": [10**6]}, "grid_layers=[1000000]", "0.68 G parameters"),
+    ("random_init", {"grid_layers": [6] * 9}, "grid_layers=", "up to ~15 s each"),
+    ("random_init", {"grid_widths": [3078]}, "grid_widths=[3078]", "0.68 G parameters"),
+    ("random_init", {"grid_widths": [192] * 9}, "grid_widths=", "up to ~15 s each"),
+    ("random_init", {"grid_layers": [96], "grid_widths": [3072]}, "grid_widths=[3072]",
+     "1.2 G parameters"),
+    ("random_init", {"grid_seeds": 101}, "grid_seeds=", "~50 min at 100"),
+    ("random_init", {"grid_inputs_per_task": 513}, "grid_inputs_per_task=", "3.5 GB"),
+    ("random_init", {"lengths": [32, 8193]}, "lengths=[32, 8193]", "1.9 GB at T = 8192"),
+    ("random_init", {"lengths": list(range(3, 36))}, "lengths=", "~10 s each at T = 8192"),
+    ("random_init", {"length_seeds": 33}, "length_seeds=", "~4 min at 32"),
+    ("random_init", {"length_seqs": 33}, "length_seqs=", "~2 min at 32"),
+    ("random_init", {"control_vocab": 10**12}, "control_vocab=", "1.6 GB at 2^20"),
+    ("random_init", {"control_vocab": 2**20, "lengths": [32, 4096]}, "control_vocab=", "8 GB"),
+    ("trained", {"n_analysis": 10**9}, "n_analysis=", "~16 min at 4096"),
+    ("trained", {"seeds": list(range(51))}, "seeds=", "~4.3 h for 50 seeds"),
+    ("probes", {"model_seeds": list(range(101))}, "model_seeds=", "~40 min at 100"),
+    ("probes", {"w": 1024, "T": 1024}, "w=1024", "below T, which is at most 1024"),
+    ("probes", {"T": 10**7}, "T=10000000", "6.4 GB at T = 1024"),
+    ("probes", {"n_fit_tokens": 100_001}, "n_fit_tokens=", "~6 GB"),
+    ("probes", {"grid_windows": [1024], "grid_lengths": [1025]}, "grid_windows=[1024]",
+     "at most 1024"),
+    ("probes", {"grid_windows": list(range(1, 18))}, "grid_windows=", "~0.5 s each"),
+    ("probes", {"grid_lengths": [1025]}, "grid_lengths=[1025]", "6.4 GB"),
+    ("probes", {"grid_lengths": list(range(32, 49))}, "grid_lengths=", "~3 s at T = 128"),
+    ("probes", {"grid_seeds": list(range(101))}, "grid_seeds=", "~15 min at 100"),
+    ("probes", {"grid_fit_tokens": 10**9}, "grid_fit_tokens=", "~6 GB at 100,000"),
+    ("probes", {"trained_probe_seeds": list(range(101))}, "trained_probe_seeds=",
+     "~2 min at 100"),
+]
+
+
+@pytest.mark.parametrize("chapter, params, named, estimate", BOUNDS,
+                         ids=[f"{c}-{'-'.join(p)}" for c, p, _, _ in BOUNDS])
+def test_a_size_beyond_its_bound_is_refused_with_the_estimate(monkeypatch, chapter, params,
+                                                              named, estimate):
+    monkeypatch.delenv(ALLOW_SLOW_ENV, raising=False)
+    with pytest.raises(ValueError) as err:
+        _run_check(chapter, params)
+    line = next((ln for ln in str(err.value).splitlines() if ln.strip().startswith(named)), "")
+    assert estimate in line, str(err.value)
+
+
+SEEDS = [("trained", "seeds", [0, 2**64]), ("probes", "model_seeds", [0, 1, 2, 3, 2**32]),
+         ("probes", "grid_seeds", [-1]), ("probes", "trained_probe_seeds", [SEED_MAX + 1])]
+
+
+@pytest.mark.parametrize("chapter, name, seeds", SEEDS, ids=[n for _, n, _ in SEEDS])
+def test_every_seed_parameter_takes_32_bit_seeds(monkeypatch, chapter, name, seeds):
+    monkeypatch.delenv(ALLOW_SLOW_ENV, raising=False)
+    with pytest.raises(ValueError, match=rf"{name}=.*<= {SEED_MAX} \(a 32-bit seed"):
+        _run_check(chapter, {name: seeds})
+    _run_check(chapter, {name: [SEED_MAX - i for i in range(len(seeds))]})
+
+
+TYPO_PAPERMILL = [("averaging_effect", "n_text"), ("random_init", "n_seed"),
+                  ("trained", "profil"), ("probes", "model_seed")]
+
+
+@pytest.mark.parametrize("chapter, typo", TYPO_PAPERMILL, ids=[c for c, _ in TYPO_PAPERMILL])
+def test_a_misspelt_parameter_fails_the_chapter_in_its_kernel(tmp_path, monkeypatch, chapter,
+                                                               typo):
+    """In a real kernel (IPython's In, Out, exit... in the globals) only the typo is named."""
+    papermill = pytest.importorskip("papermill")
+    monkeypatch.setenv("NOPELIB_CACHE_DIR", str(tmp_path / "cold-cache"))
+    monkeypatch.delenv(ALLOW_SLOW_ENV, raising=False)
+    with pytest.raises(papermill.PapermillExecutionError) as err:
+        papermill.execute_notebook(str(BOOK / f"{chapter}.ipynb"), str(tmp_path / "out.ipynb"),
+                                   parameters={typo: 20, "device": "cpu"} if chapter == "trained"
+                                   else {typo: 20}, cwd=str(BOOK), progress_bar=False,
+                                   kernel_name="python3")
+    assert err.value.source.startswith("# Check every parameter")
+    assert err.value.evalue.splitlines()[1:] == [
+        f"  {typo}=20 is not a parameter of this chapter; did you mean"
+        f" {next(m for c, t, m in TYPOS if c == chapter)!r}?"]

@@ -28,7 +28,7 @@ from nopelib.probe import (
     window_positions,
 )
 from nopelib.tasks import CHARS, decode, encode, make_split
-from nopelib.train import PROFILES
+from nopelib.profiles import PROFILES
 
 
 @pytest.fixture(scope="module")

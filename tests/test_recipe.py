@@ -6,11 +6,12 @@ from dataclasses import replace
 import pytest
 
 import nopelib.recipe as recipe
-import nopelib.train as tr
+from nopelib import profiles
+from nopelib import cache
 from nopelib.model import GPTConfig
 
 TINY = replace(
-    tr.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=1, n_head=2, n_embd=16),
+    profiles.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=1, n_head=2, n_embd=16),
     steps=8, task_budgets=(("addition", 10),), batch_size=8, warmup_steps=2, n_train=64,
     n_test=16, n_eval=16, n_curve=16, curve_every=4, eval_batch_size=16, log_every=4,
     seeds=(0,),
@@ -18,18 +19,18 @@ TINY = replace(
 
 
 def test_recipe_profile_scales_every_budget_and_keeps_the_rest():
-    prof = recipe.recipe_profile(TINY, "learned", 4)
+    prof = TINY.scaled(4, "learned")
     assert prof.steps == 32 and dict(prof.task_budgets) == {"addition": 40}
     assert prof.model.pos_encoding == "learned" and prof.model.n_embd == TINY.model.n_embd
     assert (prof.lr, prof.batch_size, prof.warmup_steps) == (TINY.lr, TINY.batch_size, 2)
-    assert recipe.recipe_profile(TINY, "none", 1).model == TINY.model
+    assert TINY.scaled(1, "none").model == TINY.model
     with pytest.raises(ValueError, match="scale"):
-        recipe.recipe_profile(TINY, "none", 0)
+        TINY.scaled(0, "none")
 
 
 def test_a_tiny_study_writes_curves_with_provenance(tmp_path, monkeypatch):
     monkeypatch.setenv("NOPELIB_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setitem(tr.PROFILES, "tiny", TINY)
+    monkeypatch.setitem(profiles.PROFILES, "tiny", TINY)
     out = tmp_path / "results" / "curves.json"
     recipe.main(["--out", str(out), "--profile", "tiny", "--tasks", "addition", "--scale", "2",
                  "--device", "cpu"])
@@ -40,7 +41,7 @@ def test_a_tiny_study_writes_curves_with_provenance(tmp_path, monkeypatch):
     # the profile's numbers as they stood, since a profile changes between commits
     assert prov["training"]["batch_size"] == TINY.batch_size
     assert prov["training"]["lr"] == TINY.lr and prov["training"]["model"]["n_embd"] == 16
-    assert recipe.recorded_profile(prov) == replace(TINY, seeds=(0,))
+    assert profiles.TrainProfile.from_record(prov["training"]) == replace(TINY, seeds=(0,))
     assert {(r["task"], r["pos_encoding"]) for r in result["runs"]} == {
         ("addition", "none"), ("addition", "learned")}
     for run in result["runs"]:

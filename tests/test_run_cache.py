@@ -24,11 +24,15 @@ import torch
 from safetensors.torch import save_model
 
 import nopelib.train as tr
+from nopelib import launch, profiles
+from nopelib import runs as rc
+from nopelib import cache
+from nopelib.model import GPT
 from nopelib.cache import CacheWarning, file_sha256
 from nopelib.model import GPTConfig
 
 TINY = replace(
-    tr.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=1, n_head=2, n_embd=16),
+    profiles.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=1, n_head=2, n_embd=16),
     steps=6, batch_size=8, warmup_steps=2, n_train=64, n_test=16, n_eval=16,
     eval_batch_size=16, log_every=3, seeds=(0,), task_budgets=(), curve_every=0, n_curve=16,
 )
@@ -36,7 +40,7 @@ TINY = replace(
 
 @pytest.fixture(autouse=True)
 def _cache_in_tmp(tmp_path, monkeypatch):
-    monkeypatch.setenv(tr.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -44,17 +48,18 @@ def _cache_in_tmp(tmp_path, monkeypatch):
 
 
 def _run_dir(tmp_path: Path) -> Path:
-    return tmp_path / "cache" / "runs" / tr.run_key("addition", 0, TINY, "cpu")
+    return tmp_path / "cache" / "runs" / rc.run_key("addition", 0, TINY, "cpu")
 
 
 def _nan_weights(run_dir: Path) -> None:
     """Well-formed safetensors whose checksum is recorded: only the finiteness check is left."""
-    model = tr.GPT(TINY.model)
+    model = GPT(TINY.model)
     with torch.no_grad():
         next(model.parameters()).fill_(float("nan"))
     save_model(model, str(run_dir / "model.safetensors"))
     metrics = json.loads((run_dir / "metrics.json").read_text())
     metrics["weights_sha256"] = file_sha256(run_dir / "model.safetensors")
+    metrics["metrics_sha256"] = rc.metrics_digest(metrics)
     (run_dir / "metrics.json").write_text(json.dumps(metrics))
 
 
@@ -85,11 +90,11 @@ DAMAGE = {
 
 @pytest.mark.parametrize("damage", list(DAMAGE))
 def test_a_damaged_run_is_moved_aside_retrained_and_replaced(tmp_path, damage):
-    first = tr.train_or_load("addition", 0, TINY, device="cpu", progress=False)
+    first = rc.train_or_load("addition", 0, TINY, device="cpu", progress=False)
     run_dir = _run_dir(tmp_path)
     DAMAGE[damage](run_dir)
     with pytest.warns(CacheWarning, match=run_dir.name) as caught:
-        again = tr.train_or_load("addition", 0, TINY, device="cpu", progress=False)
+        again = rc.train_or_load("addition", 0, TINY, device="cpu", progress=False)
     assert sum(issubclass(w.category, CacheWarning) for w in caught) == 1
     assert not again.from_cache
     assert all(torch.equal(a, b) for a, b in zip(first.model.state_dict().values(),
@@ -97,39 +102,39 @@ def test_a_damaged_run_is_moved_aside_retrained_and_replaced(tmp_path, damage):
     assert len(list(run_dir.parent.glob(f".bad-{run_dir.name}-*"))) == 1  # kept for a look
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # replaced: a clean hit now
-        assert tr.train_or_load("addition", 0, TINY, device="cpu", progress=False).from_cache
+        assert rc.train_or_load("addition", 0, TINY, device="cpu", progress=False).from_cache
 
 
 def test_the_weights_checksum_is_recorded(tmp_path):
-    run = tr.train_or_load("addition", 0, TINY, device="cpu", progress=False)
+    run = rc.train_or_load("addition", 0, TINY, device="cpu", progress=False)
     assert run.metrics["weights_sha256"] == file_sha256(_run_dir(tmp_path) / "model.safetensors")
 
 
 def test_the_key_separates_device_type_dtype_policy_and_torch_version(monkeypatch):
-    cpu = tr.run_key("addition", 0, TINY, "cpu")
-    assert tr.run_key("addition", 0, TINY, torch.device("cpu")) == cpu
-    assert tr.run_key("addition", 0, TINY, "cuda") != cpu  # bfloat16 autocast: another run
-    assert tr.run_key("addition", 0, TINY, "cuda:1") == tr.run_key("addition", 0, TINY, "cuda")
+    cpu = rc.run_key("addition", 0, TINY, "cpu")
+    assert rc.run_key("addition", 0, TINY, torch.device("cpu")) == cpu
+    assert rc.run_key("addition", 0, TINY, "cuda") != cpu  # bfloat16 autocast: another run
+    assert rc.run_key("addition", 0, TINY, "cuda:1") == rc.run_key("addition", 0, TINY, "cuda")
     monkeypatch.setattr(torch, "__version__", "0.0.0")
-    assert tr.run_key("addition", 0, TINY, "cpu") != cpu
+    assert rc.run_key("addition", 0, TINY, "cpu") != cpu
 
 
 def test_the_key_covers_the_task_budget_only():
-    base = tr.run_key("addition", 0, TINY, "cpu")
+    base = rc.run_key("addition", 0, TINY, "cpu")
     other_task = replace(TINY, task_budgets=(("reversal", TINY.steps + 5),))
-    assert tr.run_key("addition", 0, other_task, "cpu") == base  # another task's budget
+    assert rc.run_key("addition", 0, other_task, "cpu") == base  # another task's budget
     own_task = replace(TINY, task_budgets=(("addition", TINY.steps + 5),))
-    assert tr.run_key("addition", 0, own_task, "cpu") != base
+    assert rc.run_key("addition", 0, own_task, "cpu") != base
     # the same budget written as an override or as the default is the same run
     same = replace(TINY, task_budgets=(("addition", TINY.steps),))
-    assert tr.run_key("addition", 0, same, "cpu") == base
-    assert tr.run_key("addition", 0, replace(TINY, seeds=(0, 1, 2)), "cpu") == base
+    assert rc.run_key("addition", 0, same, "cpu") == base
+    assert rc.run_key("addition", 0, replace(TINY, seeds=(0, 1, 2)), "cpu") == base
 
 
 def test_run_folders_follow_the_umask_so_a_group_can_share_the_cache(tmp_path):
     old = os.umask(0o002)
     try:
-        tr.train_or_load("addition", 0, TINY, device="cpu", progress=False)
+        rc.train_or_load("addition", 0, TINY, device="cpu", progress=False)
     finally:
         os.umask(old)
     run_dir = _run_dir(tmp_path)
@@ -145,19 +150,19 @@ def test_a_diverged_run_is_never_committed(tmp_path, monkeypatch):
         metrics["final_loss"] = math.nan
         return model, metrics
 
-    monkeypatch.setattr(tr, "train", diverging)
+    monkeypatch.setattr(rc, "train", diverging)
     with pytest.raises(RuntimeError, match="diverged"):
-        tr.train_or_load("addition", 0, TINY, device="cpu", progress=False)
+        rc.train_or_load("addition", 0, TINY, device="cpu", progress=False)
     runs = tmp_path / "cache" / "runs"
     assert not runs.exists() or not any(runs.iterdir())
 
 
 def test_train_many_warns_with_the_expected_time_of_slow_cpu_training(monkeypatch):
-    assert tr.expected_cpu_seconds(tr.PROFILES["paper"]) > 10 * 3600  # the paper profile
-    assert tr.expected_cpu_seconds(tr.PROFILES["cpu"]) < 600
-    monkeypatch.setattr(tr, "expected_cpu_seconds", lambda profile: 7200.0)
+    assert launch.expected_cpu_seconds(profiles.PROFILES["paper"]) > 10 * 3600  # the paper profile
+    assert launch.expected_cpu_seconds(profiles.PROFILES["cpu"]) < 600
+    monkeypatch.setattr(launch, "expected_cpu_seconds", lambda profile: 7200.0)
     with pytest.warns(UserWarning, match=r"about 2 h"):
-        tr.train_many([("addition", 0)], TINY, device="cpu", workers=1)
+        launch.train_many([("addition", 0)], TINY, device="cpu", workers=1)
 
 
 # --- workers ----------------------------------------------------------------------------------
@@ -165,15 +170,15 @@ def test_train_many_warns_with_the_expected_time_of_slow_cpu_training(monkeypatc
 _ENDLESS = """
     import sys
     from dataclasses import replace
-    import nopelib.train as tr
+    from nopelib import launch, profiles
     from nopelib.model import GPTConfig
-    endless = replace(tr.PROFILES["cpu"], name="endless",
+    endless = replace(profiles.PROFILES["cpu"], name="endless",
                       model=GPTConfig(n_layer=1, n_head=2, n_embd=16), steps=10_000_000,
                       batch_size=8, warmup_steps=2, n_train=64, n_test=16, n_eval=16,
                       eval_batch_size=16, log_every=1000, seeds=(0,), task_budgets=(),
                       curve_every=0, n_curve=16)
     try:
-        tr.train_many([("addition", 0), ("addition", 1), ("reversal", 0)], endless, device="cpu",
+        launch.train_many([("addition", 0), ("addition", 1), ("reversal", 0)], endless, device="cpu",
                       cache_dir=sys.argv[1], workers=2)
     except KeyboardInterrupt:
         sys.exit(42)

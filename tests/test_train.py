@@ -8,17 +8,20 @@ import sys
 import textwrap
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 
 import nopelib.cache as cache
 import nopelib.train as tr
+from nopelib import launch, profiles
+from nopelib import runs as rc
 from nopelib.model import GPT, GPTConfig
-from nopelib.tasks import EOS_ID, VOCAB, encode, get_task, make_split
+from nopelib.tasks import EOS_ID, MAX_SEQ_LEN, VOCAB, encode, encode_batch, get_task, make_split
 
 TINY = replace(
-    tr.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
+    profiles.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
     steps=12, batch_size=8, warmup_steps=3, n_train=96, n_test=40, n_eval=40,
     eval_batch_size=16, log_every=5, seeds=(0,), task_budgets=(), curve_every=0, n_curve=40,
 )
@@ -26,7 +29,7 @@ TINY = replace(
 
 @pytest.fixture(autouse=True)
 def _cache_in_tmp(tmp_path, monkeypatch):
-    monkeypatch.setenv(tr.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -155,8 +158,8 @@ def test_evaluate_rejects_empty_pairs_and_bad_batch():
 # --- the cache --------------------------------------------------------------------------------
 
 def test_cache_hit_returns_the_same_model_and_metrics(tmp_path):
-    first = tr.train_or_load("indexing", 0, TINY, device="cpu", progress=False)
-    second = tr.train_or_load("indexing", 0, TINY, device="cpu", progress=False)
+    first = rc.train_or_load("indexing", 0, TINY, device="cpu", progress=False)
+    second = rc.train_or_load("indexing", 0, TINY, device="cpu", progress=False)
     assert not first.from_cache and second.from_cache
     assert _same(first.model, second.model)
     assert first.metrics == second.metrics
@@ -164,12 +167,12 @@ def test_cache_hit_returns_the_same_model_and_metrics(tmp_path):
     assert not second.model.training and next(second.model.parameters()).device.type == "cpu"
     assert (tmp_path / "cache" / "runs" / first.metrics["key"] / "model.safetensors").is_file()
     # the seed list is not part of a run's key
-    assert tr.train_or_load("indexing", 0, replace(TINY, seeds=(0, 1)), device="cpu", progress=False).from_cache
+    assert rc.train_or_load("indexing", 0, replace(TINY, seeds=(0, 1)), device="cpu", progress=False).from_cache
 
 
 @pytest.mark.parametrize("change", ["seed", "task", "lr", "model", "source"])
 def test_cache_miss_when_the_key_changes(change, monkeypatch):
-    tr.train_or_load("ordering", 0, TINY, device="cpu", progress=False)
+    rc.train_or_load("ordering", 0, TINY, device="cpu", progress=False)
     task, seed, prof = "ordering", 0, TINY
     if change == "seed":
         seed = 1
@@ -180,46 +183,60 @@ def test_cache_miss_when_the_key_changes(change, monkeypatch):
     elif change == "model":
         prof = replace(TINY, model=replace(TINY.model, init_std=0.03))
     else:
-        monkeypatch.setattr(tr, "source_hash", lambda: "edited source")
-    assert not tr.train_or_load(task, seed, prof, device="cpu", progress=False).from_cache
+        monkeypatch.setattr(rc, "source_hash", lambda: "edited source")
+    assert not rc.train_or_load(task, seed, prof, device="cpu", progress=False).from_cache
 
 
 def test_a_run_whose_recorded_key_differs_is_not_loaded(tmp_path):
-    run = tr.train_or_load("reversal", 0, TINY, device="cpu", progress=False)
+    run = rc.train_or_load("reversal", 0, TINY, device="cpu", progress=False)
     metrics_path = tmp_path / "cache" / "runs" / run.metrics["key"] / "metrics.json"
     metrics = json.loads(metrics_path.read_text())
     metrics["key"] = "0" * 32
     metrics_path.write_text(json.dumps(metrics))
-    assert not tr.train_or_load("reversal", 0, TINY, device="cpu", progress=False).from_cache
+    assert not rc.train_or_load("reversal", 0, TINY, device="cpu", progress=False).from_cache
 
 
 def test_source_hash_follows_the_training_sources_only(tmp_path, monkeypatch):
+    # the sources are the import closure of the training code, read from its imports
+    assert {"train.py", "model.py", "tasks.py", "batched.py", "cache.py"} <= set(
+        rc.training_sources())
+    assert not {"viz.py", "probe.py", "analysis.py"} & set(rc.training_sources())
     pkg = tmp_path / "nopelib"
     pkg.mkdir()
-    for name in (*tr.TRAINING_SOURCES, "viz.py"):
+    for name in (*rc.training_sources(), "viz.py"):
         (pkg / name).write_bytes((cache.PACKAGE_DIR / name).read_bytes())
     monkeypatch.setattr(cache, "PACKAGE_DIR", pkg)
-    original = tr.source_hash()
+    original = rc.source_hash()
     assert len(original) == 64
     (pkg / "viz.py").write_text("# plotting code cannot change a trained model\n")
-    assert tr.source_hash() == original
-    with (pkg / "model.py").open("a") as f:
-        f.write("\n# any edit to a training source\n")
-    assert tr.source_hash() != original
+    assert rc.source_hash() == original
+    for name in ("model.py", "batched.py"):  # batched seeds train runs too
+        before = rc.source_hash()
+        with (pkg / name).open("a") as f:
+            f.write("\n# any edit to a training source\n")
+        assert rc.source_hash() != before
+    # a module the training code starts to import joins the key
+    (pkg / "helper.py").write_text("X = 1\n")
+    before = rc.source_hash()
+    with (pkg / "tasks.py").open("a") as f:
+        f.write("\nfrom nopelib import helper  # noqa\n")
+    assert "helper.py" in rc.training_sources()
+    (pkg / "helper.py").write_text("X = 2\n")
+    assert rc.source_hash() != before
 
 
 def test_train_many_in_parallel_matches_one_by_one(tmp_path):
     runs = [("reversal", 0), ("indexing", 1)]
-    parallel = tr.train_many(runs, TINY, device="cpu", cache_dir=tmp_path / "a", workers=2)
+    parallel = launch.train_many(runs, TINY, device="cpu", cache_dir=tmp_path / "a", workers=2)
     for task, seed in runs:
-        alone = tr.train_or_load(task, seed, TINY, device="cpu", cache_dir=tmp_path / "b", progress=False)
+        alone = rc.train_or_load(task, seed, TINY, device="cpu", cache_dir=tmp_path / "b", progress=False)
         assert not alone.from_cache and not parallel[task, seed].from_cache
         assert _same(parallel[task, seed].model, alone.model)
         assert parallel[task, seed].metrics["accuracy"] == alone.metrics["accuracy"]
-    again = tr.train_many(runs, TINY, device="cpu", cache_dir=tmp_path / "a", workers=2)
+    again = launch.train_many(runs, TINY, device="cpu", cache_dir=tmp_path / "a", workers=2)
     assert all(again[run].from_cache for run in runs)
     with pytest.raises(ValueError, match="task='sort'"):
-        tr.train_many([("sort", 0)], TINY, cache_dir=tmp_path / "c")
+        launch.train_many([("sort", 0)], TINY, cache_dir=tmp_path / "c")
 
 
 def inline_pool(submitted: list, on_shutdown=lambda: None) -> type:
@@ -249,17 +266,17 @@ def test_train_many_submits_the_costliest_runs_first(tmp_path, monkeypatch):
     jobs, trained = [], []
     # the sources are edited as the pool finishes: the runs stay those of the start
     InlinePool = inline_pool(
-        jobs, lambda: monkeypatch.setattr(tr, "source_hash", lambda: "edited meanwhile"))
+        jobs, lambda: monkeypatch.setattr(rc, "source_hash", lambda: "edited meanwhile"))
     real_train = tr.train
 
     def counting_train(task, seed, *args, **kwargs):
         trained.append((task, seed))
         return real_train(task, seed, *args, **kwargs)
 
-    monkeypatch.setattr(tr, "ProcessPoolExecutor", InlinePool)
-    monkeypatch.setattr(tr, "train", counting_train)
+    monkeypatch.setattr(launch, "ProcessPoolExecutor", InlinePool)
+    monkeypatch.setattr(rc, "train", counting_train)
     runs = [("addition", 0), ("reversal", 0), ("ordering", 0), ("indexing", 0), ("addition", 1)]
-    done = tr.train_many(runs + [("reversal", 0), ("addition", 1)], TINY, device="cpu", cache_dir=tmp_path,
+    done = launch.train_many(runs + [("reversal", 0), ("addition", 1)], TINY, device="cpu", cache_dir=tmp_path,
                          workers=2)  # duplicates are trained once
     submitted = [job[:2] for job in jobs]
     lengths = [get_task(task).max_input_len for task, _ in submitted]
@@ -269,49 +286,51 @@ def test_train_many_submits_the_costliest_runs_first(tmp_path, monkeypatch):
     # a task's own budget counts: ten times the steps put addition first
     jobs.clear()
     monkeypatch.undo()
-    monkeypatch.setattr(tr, "ProcessPoolExecutor", InlinePool)
+    monkeypatch.setattr(launch, "ProcessPoolExecutor", InlinePool)
     long_addition = replace(TINY, task_budgets=(("addition", TINY.steps * 10),))
-    tr.train_many(runs, long_addition, device="cpu", cache_dir=tmp_path / "b", workers=2)
+    launch.train_many(runs, long_addition, device="cpu", cache_dir=tmp_path / "b", workers=2)
     assert [job[0] for job in jobs[:2]] == ["addition", "addition"]
 
 
 def test_train_missing_pools_jobs_of_several_profiles(tmp_path, monkeypatch):
     jobs_seen = []
     InlinePool = inline_pool(jobs_seen)
-    monkeypatch.setattr(tr, "ProcessPoolExecutor", InlinePool)
+    monkeypatch.setattr(launch, "ProcessPoolExecutor", InlinePool)
     learned = replace(TINY, name="tiny-learned",
                       model=replace(TINY.model, pos_encoding="learned"),
                       task_budgets=(("addition", TINY.steps * 10),))
     jobs = [("reversal", 0, TINY), ("addition", 0, learned), ("addition", 0, TINY),
             ("reversal", 0, TINY)]  # listed twice: trained once
-    trained = tr.train_missing(jobs, device="cpu", cache_dir=tmp_path, workers=2)
+    trained = launch.train_missing(jobs, device="cpu", cache_dir=tmp_path, workers=2)
     submitted = [(t, s, prof.name) for t, s, prof, *_ in jobs_seen]
     assert submitted == [("addition", 0, "tiny-learned"), ("reversal", 0, "tiny"),
                          ("addition", 0, "tiny")]  # the costliest first, across profiles
-    assert sorted((t, s, p.name) for t, s, p in trained) == sorted(submitted)
+    assert sorted((j.task, j.seed, j.profile.name) for j in trained) == sorted(submitted)
+    assert all(j.missing for j in trained)
     # each profile's runs are in its own cache entries, and nothing is missing any more
-    assert tr.train_missing(jobs, device="cpu", cache_dir=tmp_path, workers=2) == []
-    done = tr.train_many([("addition", 0)], learned, device="cpu", cache_dir=tmp_path)
+    again = launch.train_missing(jobs, device="cpu", cache_dir=tmp_path, workers=2)
+    assert len(again) == 3 and not any(j.missing for j in again)
+    done = launch.train_many([("addition", 0)], learned, device="cpu", cache_dir=tmp_path)
     assert done["addition", 0].from_cache
     assert done["addition", 0].metrics["steps"] == TINY.steps * 10
 
 
 def test_exception_mid_training_leaves_nothing(tmp_path, monkeypatch):
-    real_lr_at = tr.TrainProfile.lr_at
+    real_lr_at = profiles.TrainProfile.lr_at
 
     def failing_lr_at(self, step):
         if step == 6:
             raise RuntimeError("interrupted")
         return real_lr_at(self, step)
 
-    monkeypatch.setattr(tr.TrainProfile, "lr_at", failing_lr_at)
+    monkeypatch.setattr(profiles.TrainProfile, "lr_at", failing_lr_at)
     with pytest.raises(RuntimeError, match="interrupted"):
-        tr.train_or_load("addition", 0, TINY, device="cpu", progress=False)
+        rc.train_or_load("addition", 0, TINY, device="cpu", progress=False)
     runs = tmp_path / "cache" / "runs"
     assert not runs.exists() or not any(runs.iterdir())
     monkeypatch.undo()
-    monkeypatch.setenv(tr.CACHE_ENV, str(tmp_path / "cache"))
-    assert not tr.train_or_load("addition", 0, TINY, device="cpu", progress=False).from_cache
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    assert not rc.train_or_load("addition", 0, TINY, device="cpu", progress=False).from_cache
 
 
 def test_process_killed_while_writing_leaves_nothing_loadable(tmp_path):
@@ -321,44 +340,45 @@ def test_process_killed_while_writing_leaves_nothing_loadable(tmp_path):
     script = textwrap.dedent(f"""
         import os, signal
         from dataclasses import replace
-        import nopelib.train as tr
+        from nopelib import profiles
+        from nopelib import runs as rc
         from nopelib.model import GPTConfig
-        tiny = replace(tr.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
+        tiny = replace(profiles.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
                        steps=12, batch_size=8, warmup_steps=3, n_train=96, n_test=40, n_eval=40,
                        eval_batch_size=16, log_every=5, seeds=(0,), task_budgets=(),
                        curve_every=0, n_curve=40)
-        real_save = tr.save_model
+        real_save = rc.save_model
         def save_then_die(model, path):
             real_save(model, path)
             os.kill(os.getpid(), signal.SIGKILL)
-        tr.save_model = save_then_die
-        tr.train_or_load("addition", 0, tiny, device="cpu", cache_dir={str(cache)!r}, progress=False)
+        rc.save_model = save_then_die
+        rc.train_or_load("addition", 0, tiny, device="cpu", cache_dir={str(cache)!r}, progress=False)
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
     assert proc.returncode == -9, proc.stderr.decode()[-2000:]
     leftovers = list((cache / "runs").iterdir())
     assert leftovers and all(p.name.startswith(".tmp-") for p in leftovers)  # partial, uncommitted
     assert any((p / "model.safetensors").is_file() for p in leftovers)
-    run = tr.train_or_load("addition", 0, TINY, device="cpu", cache_dir=cache, progress=False)
+    run = rc.train_or_load("addition", 0, TINY, device="cpu", cache_dir=cache, progress=False)
     assert not run.from_cache
-    assert tr.train_or_load("addition", 0, TINY, device="cpu", cache_dir=cache, progress=False).from_cache
+    assert rc.train_or_load("addition", 0, TINY, device="cpu", cache_dir=cache, progress=False).from_cache
 
 
 def test_cache_dir_resolution(tmp_path, monkeypatch):
-    assert tr.resolve_cache_dir(tmp_path / "x") == tmp_path / "x"
-    assert tr.resolve_cache_dir() == tmp_path / "cache"
-    monkeypatch.delenv(tr.CACHE_ENV)
+    assert cache.resolve_cache_dir(tmp_path / "x") == tmp_path / "x"
+    assert cache.resolve_cache_dir() == tmp_path / "cache"
+    monkeypatch.delenv(cache.CACHE_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert tr.resolve_cache_dir() == tmp_path / "xdg" / "nopelib"
+    assert cache.resolve_cache_dir() == tmp_path / "xdg" / "nopelib"
 
 
 # --- profiles, devices and bad input ----------------------------------------------------------
 
 def test_profiles():
-    assert set(tr.PROFILES) == {"cpu", "paper"}
-    assert tr.PROFILES["paper"].model == GPTConfig()
-    assert len(tr.PROFILES["paper"].seeds) == 5
-    assert tr.PROFILES["paper"].n_eval == tr.PROFILES["paper"].n_test
+    assert set(profiles.PROFILES) == {"cpu", "paper"}
+    assert profiles.PROFILES["paper"].model == GPTConfig()
+    assert len(profiles.PROFILES["paper"].seeds) == 5
+    assert profiles.PROFILES["paper"].n_eval == profiles.PROFILES["paper"].n_test
     with pytest.raises(ValueError, match="warmup_steps"):
         replace(TINY, warmup_steps=TINY.steps + 1)
 
@@ -383,7 +403,7 @@ def test_resolve_device():
 def test_bad_inputs_name_the_value_and_the_allowed_ones(kwargs, match):
     args = dict(task="addition", seed=0, profile=TINY, device="cpu", progress=False) | kwargs
     with pytest.raises(ValueError, match=match):
-        tr.train_or_load(**args)
+        rc.train_or_load(**args)
 
 
 def test_unavailable_device_is_refused():
@@ -435,3 +455,36 @@ def test_majority_baseline():
     assert majority_baseline([("a", "1"), ("b", "2"), ("c", "1")]) == ("1", 2 / 3)
     with pytest.raises(ValueError):
         majority_baseline([])
+
+
+def test_the_loop_trains_exactly_as_the_plain_nanogpt_loop(tmp_path):
+    """``train.train`` (the one loop, ``fit``, with one model's step plugged in) gives the same
+    weights, bit for bit, as the plain loop it replaced, written out here as the reference:
+    seeded epochs of shuffled rows cut to their longest row, the warm-up and cosine rate, one
+    ``train_step`` per batch. A change to the loop that moves a single bit fails here."""
+    prof = replace(TINY, steps=25, log_every=4, curve_every=10)
+    device = torch.device("cpu")
+    model, metrics = tr.train("reversal", 3, prof, device, progress=False)
+
+    split = make_split("reversal", 3, n_train=prof.n_train, n_test=prof.n_test)
+    idx_all, tgt_all = encode_batch(split.train, block_size=MAX_SEQ_LEN)
+    lengths = np.array([len(x) + len(a) + 1 for x, a in split.train])
+    torch.manual_seed(3)
+    ref = GPT(prof.model).train()
+    opt = tr.adamw(ref.parameters(), prof)
+    gen = np.random.default_rng(3)
+    order, cursor, losses = gen.permutation(len(lengths)), 0, []
+    for step in range(prof.steps):
+        if cursor + prof.batch_size > len(lengths):
+            order, cursor = gen.permutation(len(lengths)), 0
+        rows = torch.from_numpy(order[cursor:cursor + prof.batch_size])
+        cursor += prof.batch_size
+        T = int(lengths[rows.numpy()].max()) - 1
+        for group in opt.param_groups:
+            group["lr"] = prof.lr_at(step)
+        losses.append(float(tr.train_step(ref, opt, idx_all[rows, :T], tgt_all[rows, :T],
+                                          prof.grad_clip)))
+    for name, value in ref.state_dict().items():
+        assert torch.equal(value, model.state_dict()[name]), name
+    assert metrics["final_loss"] == pytest.approx(np.mean(losses[-1:]), rel=1e-6)
+    assert metrics["curve"]["step"] == [10, 20, 25]

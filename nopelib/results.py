@@ -1,0 +1,222 @@
+"""The committed result files under ``book/results``: their provenance, writer and loader.
+
+A study that runs by hand (``nopelib.recipe``, ``nopelib.budget``, ``nopelib.grid``) commits a
+small JSON file with its provenance; the chapters draw from it. A file edited by hand, or
+broken by a merge, must not turn into a wrong verdict (a NaN accuracy that flips "learned", a
+string printed as a number), nor fail after a chapter's 20 minutes of training with a bare
+``KeyError``. So every file is read through ``load``: its kind comes from its name
+(``recipe_*``, ``budget_*``, ``grid_*``), it is checked against that kind's schema (required
+fields, types, ranges, finiteness, lists of one length) and any problem raises ResultsError
+naming the file and the field. The folder is found from the package, not the working
+directory, so a papermill run from anywhere finds the committed studies. ``check_all`` reads
+every file; the trained chapter calls it when it starts, before any training. A study writes
+its file through ``write``, which validates it the same way and commits it atomically, with the
+``provenance`` every study records (command, commit, machine, torch, wall time, date).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nopelib import cache
+from nopelib.profiles import TrainProfile
+from nopelib.tasks import TASKS
+
+RESULTS_DIR = cache.PACKAGE_DIR.parent / "book" / "results"
+KINDS = ("recipe", "budget", "grid")
+MAX_BYTES = 64 * 2**20  # a committed result is kilobytes to a few megabytes
+
+
+class ResultsError(ValueError):
+    """A committed result file that does not match its schema; the message names the file and
+    the field."""
+
+
+Check = Callable[[Any], bool]
+
+
+def _number(lo: float = -math.inf, hi: float = math.inf) -> Check:
+    return lambda v: (isinstance(v, (int, float)) and not isinstance(v, bool)
+                      and math.isfinite(v) and lo <= v <= hi)
+
+
+def _int(lo: int = 0) -> Check:
+    return lambda v: type(v) is int and v >= lo
+
+
+def _text(v: Any) -> bool:
+    return isinstance(v, str) and bool(v.strip())
+
+
+def _scores(v: Any) -> bool:  # adjacency scores of every layer, 0 = embeddings
+    return isinstance(v, list) and len(v) >= 2 and all(_number(0.0, 1.0)(x) for x in v)
+
+
+_COMMIT = re.compile(r"[0-9a-f]{40}(\+uncommitted nopelib changes)?|unknown")
+PROVENANCE: dict[str, tuple[Check, str]] = {
+    "command": (_text, "a non-empty string"),
+    "commit": (lambda v: isinstance(v, str) and bool(_COMMIT.fullmatch(v)),
+               "a 40-digit git commit"),
+    "machine": (_text, "a non-empty string"),
+    "torch": (_text, "a non-empty string"),
+    "wall_seconds": (_number(0.0), "a finite number >= 0"),
+    "date": (_text, "a non-empty string"),
+}
+EXTRA_PROVENANCE: dict[str, dict[str, tuple[Check, str]]] = {
+    "recipe": {"profile": (_text, "a profile name"), "scale": (_int(1), "an integer >= 1"),
+               "training": (lambda v: isinstance(v, dict), "the profile's fields")},
+    "budget": {"profile": (_text, "a profile name"),
+               "profile_steps": (_int(1), "an integer >= 1")},
+    "grid": {"grid": (_text, "a grid name"), "backend": (_text, "a backend name")},
+}
+RUN: dict[str, tuple[Check, str]] = {
+    "task": (lambda v: v in TASKS, f"one of {list(TASKS)}"),
+    "seed": (_int(0), "an integer >= 0"),
+    "accuracy": (_number(0.0, 1.0), "a number in [0, 1]"),
+    "n_test": (_int(1), "an integer >= 1"),
+    "train_seconds": (_number(0.0), "a finite number >= 0"),
+}
+EXTRA_RUN: dict[str, dict[str, tuple[Check, str]]] = {
+    "recipe": {"steps": (_int(1), "an integer >= 1"),
+               "pos_encoding": (_text, "a position encoding"),
+               "curve": (lambda v: isinstance(v, dict), "an object with step and accuracy")},
+    "budget": {"steps": (_int(1), "an integer >= 1"),
+               "before": (_scores, "a list of >= 2 scores in [0, 1]"),
+               "after": (_scores, "a list of >= 2 scores in [0, 1]")},
+    "grid": {"n_layer": (_int(1), "an integer >= 1"), "n_embd": (_int(1), "an integer >= 1"),
+             "adjacency_before": (_scores, "a list of >= 2 scores in [0, 1]"),
+             "adjacency_after": (_scores, "a list of >= 2 scores in [0, 1]")},
+}
+
+
+def kind_of(path: Path) -> str:
+    """The kind of a result file, from its name (``recipe_*.json`` and so on)."""
+    kind = path.name.split("_", 1)[0]
+    if kind not in KINDS or "_" not in path.name:
+        raise ResultsError(f"{path}: the name must start with one of "
+                           f"{[k + '_' for k in KINDS]}")
+    return kind
+
+
+def _check_fields(where: str, doc: Any, schema: dict[str, tuple[Check, str]]) -> None:
+    if not isinstance(doc, dict):
+        raise ResultsError(f"{where} must be an object, not {type(doc).__name__}")
+    for name, (ok, allowed) in schema.items():
+        if name not in doc:
+            raise ResultsError(f"{where}.{name} is missing")
+        if not ok(doc[name]):
+            raise ResultsError(f"{where}.{name} = {doc[name]!r}: must be {allowed}")
+
+
+def validate(doc: Any, kind: str, name: str = "result") -> dict:
+    """``doc`` if it is a valid result of ``kind``; raises ResultsError naming ``name`` and
+    the field otherwise."""
+    if kind not in KINDS:
+        raise ValueError(f"kind={kind!r} is unknown; allowed: {KINDS}")
+    if not isinstance(doc, dict):
+        raise ResultsError(f"{name}: the document must be an object with provenance and runs")
+    _check_fields(f"{name}: provenance", doc.get("provenance"),
+                  {**PROVENANCE, **EXTRA_PROVENANCE[kind]})
+    runs = doc.get("runs")
+    if not isinstance(runs, list) or not runs:
+        raise ResultsError(f"{name}: runs must be a non-empty list")
+    for i, run in enumerate(runs):
+        where = f"{name}: runs[{i}]"
+        _check_fields(where, run, {**RUN, **EXTRA_RUN[kind]})
+        if kind == "recipe":
+            curve = run["curve"]
+            steps, acc = curve.get("step"), curve.get("accuracy")
+            if not (isinstance(steps, list) and isinstance(acc, list) and steps
+                    and len(steps) == len(acc) and all(_int(1)(s) for s in steps)
+                    and all(_number(0.0, 1.0)(a) for a in acc)):
+                raise ResultsError(f"{where}.curve: step and accuracy must be lists of one "
+                                   "length, of positive steps and accuracies in [0, 1]")
+        if kind == "budget" and len(run["before"]) != len(run["after"]):
+            raise ResultsError(f"{where}: before and after must score the same layers")
+        if kind == "grid" and len(run["adjacency_before"]) != run["n_layer"] + 1:
+            raise ResultsError(f"{where}.adjacency_before must hold n_layer + 1 scores")
+    if kind == "recipe":  # the recorded profile must rebuild
+        try:
+            TrainProfile.from_record(doc["provenance"]["training"])
+        except (TypeError, ValueError) as exc:
+            raise ResultsError(f"{name}: provenance.training: {exc}") from None
+    return doc
+
+
+def load(path: str | Path) -> dict:
+    """The validated document of one committed result file (a name is looked up in
+    RESULTS_DIR)."""
+    path = Path(path)
+    if not path.is_absolute() and not path.exists():
+        path = RESULTS_DIR / path.name
+    kind = kind_of(path)
+    try:
+        doc = json.loads(cache.read_bytes(path, MAX_BYTES))
+    except (OSError, ValueError) as exc:
+        raise ResultsError(f"{path}: cannot be read as JSON: {exc}") from None
+    return validate(doc, kind, str(path))
+
+
+def load_all(kind: str, folder: Path | None = None) -> dict[str, dict]:
+    """Every committed result of ``kind`` (file name -> validated document), by name."""
+    if kind not in KINDS:
+        raise ValueError(f"kind={kind!r} is unknown; allowed: {KINDS}")
+    folder = RESULTS_DIR if folder is None else folder
+    return {p.name: load(p) for p in sorted(folder.glob(f"{kind}_*.json"))}
+
+
+def check_all(folder: Path | None = None) -> list[str]:
+    """Validate every committed JSON result (raises ResultsError on the first bad one); the
+    names of the files read."""
+    folder = RESULTS_DIR if folder is None else folder
+    return [name for kind in KINDS for name in load_all(kind, folder)]
+
+
+def git_commit() -> str:
+    """The commit this package runs at, marked when nopelib has uncommitted changes."""
+    root = cache.PACKAGE_DIR.parent
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "nopelib"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return out + ("+uncommitted nopelib changes" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def provenance(prog: str, argv: list[str] | None, start: float, **extra: Any) -> dict:
+    """Where a hand-run study's numbers come from: the command, the git commit, the machine,
+    the torch version, the wall time since ``start`` (a perf_counter reading), the date, and
+    the study's own fields (``extra``)."""
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none here"
+    return {
+        "command": f"{prog} " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "commit": git_commit(),
+        "machine": f"{platform.node()}: {platform.processor() or platform.machine()}, "
+                   f"{os.cpu_count()} cores, GPU: {gpu}",
+        "torch": torch.__version__,
+        "wall_seconds": round(time.perf_counter() - start, 1),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **extra,
+    }
+
+
+def write(path: Path, doc: dict, kind: str) -> None:
+    """Validate a study's document as a result of ``kind``, then write it atomically (the
+    chapters find a committed file by its name: ``<kind>_*.json``)."""
+    validate(doc, kind, str(path))
+    cache.commit_file(path, json.dumps(doc, indent=1).encode())

@@ -1,0 +1,316 @@
+"""The run cache: a run's key, and its entry (verified on load, committed atomically).
+
+A run is one (task, seed, profile). Its key hashes the full model config, the profile's
+training fields, the task, the seed, the bytes of nopelib's training sources
+(``training_sources``: the import closure of the training code), the device type, its dtype
+policy, and the torch and numpy versions. Its entry is a folder ``<cache>/runs/<key>`` with the
+weights (safetensors) and the metrics (JSON), written into a temporary folder and renamed into
+place: the rename is the commit point, so an interrupted run leaves nothing that a later call
+loads. The metrics record the SHA-256 of the weights file and of themselves, both checked on
+every load, and their fields are type- and range-checked; an entry that is not a regular file
+of a sane size, is unreadable, records another key or checksum, or holds non-finite weights is
+moved aside with a warning and retrained (``nopelib.cache``). A run whose loss or weights are
+not finite is never committed, and a cache that cannot take a run (not a folder, not writable,
+no room) is refused before training starts.
+
+``train_or_load`` is the one call for one run; ``nopelib.launch`` trains many.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_model, save_model
+
+from nopelib import cache
+from nopelib.cache import resolve_cache_dir
+from nopelib.model import GPT
+from nopelib.profiles import TrainProfile, check_seed, get_profile
+from nopelib.tasks import TASKS, get_task, make_split
+from nopelib.train import dtype_policy, evaluate, resolve_device, train
+
+
+@dataclass
+class TrainedRun:
+    """A trained model (eval mode, on the CPU) with its metrics and where it came from."""
+
+    model: GPT
+    metrics: dict
+    profile: TrainProfile
+    from_cache: bool
+
+
+# The modules that train runs (one run here through the loop in ``train``, batched seeds in
+# ``batched``); every nopelib module they import, directly or through each other, decides what
+# a run trains into, so the run key hashes that import closure (``cache.import_closure``), read
+# from the code itself.
+TRAINING_ENTRY_POINTS = ("runs.py", "batched.py")
+
+
+def training_sources() -> tuple[str, ...]:
+    """The nopelib source files whose bytes are part of every run key: the import closure of
+    TRAINING_ENTRY_POINTS. Analysis, plotting, probe and benchmark code is outside it, so
+    editing them keeps the cache."""
+    return cache.import_closure(TRAINING_ENTRY_POINTS)
+
+
+def source_hash() -> str:
+    """SHA-256 of the bytes of nopelib's training sources (``training_sources``): a change to
+    any of them invalidates every cached run."""
+    return cache.source_hash(training_sources())
+
+
+def run_key(task: str, seed: int, profile: TrainProfile, device: str | torch.device = "cpu") -> str:
+    """The cache key of a run: the full config, the profile's training fields, task, seed, source,
+    and what else changes the trained weights: the device type, its dtype policy, torch's and
+    numpy's versions (a CUDA bfloat16 run is another run than a CPU float32 one)."""
+    # the task's own budget, not the whole profile: changing another task's steps leaves this
+    # run's key alone; which seeds a chapter trains does not change how one seed trains
+    fields = asdict(profile.for_task(task))
+    fields.pop("seeds")
+    fields.pop("claim_tasks")  # which tasks a chapter judges does not change a run
+    kind = torch.device(device).type
+    # numpy's version: its default_rng stream draws every run's data order
+    payload = {"task": task, "seed": seed, "profile": fields, "source": source_hash(),
+               "device_type": kind, "dtype_policy": dtype_policy(kind), "torch": torch.__version__,
+               "numpy": np.__version__}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
+
+class _BadEntry(Exception):
+    """A run cache entry that must not be used; the message says why."""
+
+
+MAX_METRICS_BYTES = 16 * 2**20  # a metrics.json is kilobytes; anything far larger is not one
+
+
+def metrics_digest(metrics: dict) -> str:
+    """SHA-256 of a run's metrics as canonical JSON, the digest field itself left out: stored
+    in the entry, so that an edited accuracy or loss is a mismatch, not a result."""
+    body = {k: v for k, v in metrics.items() if k != "metrics_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def _finite_number(value: object, lo: float = -math.inf, hi: float = math.inf) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and lo <= value <= hi)
+
+
+def metrics_problem(metrics: object) -> str | None:
+    """What is wrong with a run's metrics (types, ranges, finiteness of the fields a chapter
+    reads), or None. Checked before a run is committed and every time one is loaded."""
+    if not isinstance(metrics, dict):
+        return f"metrics are a {type(metrics).__name__}, not an object"
+    checks = {
+        "accuracy": lambda v: _finite_number(v, 0.0, 1.0),
+        "n_test": lambda v: type(v) is int and v >= 1,
+        "steps": lambda v: type(v) is int and v >= 1,
+        "seed": lambda v: type(v) is int and v >= 0,
+        "task": lambda v: v in TASKS,
+        "final_loss": _finite_number,
+        "train_seconds": lambda v: _finite_number(v, 0.0),
+        "loss_curve": lambda v: isinstance(v, list) and bool(v) and all(map(_finite_number, v)),
+    }
+    for name, ok in checks.items():
+        if name not in metrics:
+            return f"{name} is missing"
+        if not ok(metrics[name]):
+            return f"{name}={metrics[name]!r} is not allowed"
+    curve = metrics.get("curve")
+    if curve is not None:
+        if not (isinstance(curve, dict) and {"step", "accuracy"} <= set(curve)
+                and isinstance(curve["step"], list) and isinstance(curve["accuracy"], list)
+                and len(curve["step"]) == len(curve["accuracy"])
+                and all(type(x) is int and x >= 1 for x in curve["step"])
+                and all(_finite_number(a, 0.0, 1.0) for a in curve["accuracy"])):
+            return "curve must hold equal lists of positive steps and accuracies in [0, 1]"
+    return None
+
+
+def _check_entry(run_dir: Path, key: str, profile: TrainProfile) -> tuple[GPT, dict]:
+    """The committed run under ``run_dir``, verified; raises _BadEntry naming the problem."""
+    if os.path.islink(run_dir) or not run_dir.is_dir():
+        raise _BadEntry("the entry is not a directory")
+    try:
+        metrics = json.loads(cache.read_bytes(run_dir / "metrics.json", MAX_METRICS_BYTES))
+    except (OSError, ValueError) as exc:
+        raise _BadEntry(f"metrics.json: {type(exc).__name__}: {exc}") from None
+    if not isinstance(metrics, dict) or metrics.get("key") != key:
+        got = metrics.get("key") if isinstance(metrics, dict) else None
+        raise _BadEntry(f"metrics.json records key {got!r}, not {key!r}")
+    if metrics.get("metrics_sha256") != metrics_digest(metrics):
+        raise _BadEntry("metrics.json does not match its recorded SHA-256 (edited?)")
+    problem = metrics_problem(metrics)
+    if problem:
+        raise _BadEntry(f"metrics.json: {problem}")
+    weights = run_dir / "model.safetensors"
+    model = GPT(profile.model)
+    # float32 weights plus a header: anything much larger is not this model's file
+    max_bytes = 4 * model.num_params() + 2**20
+    try:
+        digest = cache.file_sha256(weights, max_bytes)
+    except OSError as exc:
+        raise _BadEntry(f"model.safetensors: {exc}") from None
+    if metrics.get("weights_sha256") != digest:
+        raise _BadEntry("model.safetensors does not match the SHA-256 in metrics.json")
+    try:
+        load_model(model, str(weights), device="cpu")
+    except Exception as exc:  # noqa: BLE001  (safetensors raises its own types)
+        raise _BadEntry(f"model.safetensors: {type(exc).__name__}: {exc}") from None
+    if not _finite_weights(model):
+        raise _BadEntry("model.safetensors holds non-finite weights")
+    return model.eval(), metrics
+
+
+def load_run(run_dir: Path, key: str, profile: TrainProfile) -> tuple[GPT, dict] | None:
+    """The committed run under ``run_dir``, or None: absent, or unusable and moved aside."""
+    if not os.path.lexists(run_dir):
+        return None
+    try:
+        return _check_entry(run_dir, key, profile)
+    except _BadEntry as exc:
+        cache.quarantine(run_dir, str(exc))
+        return None
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run to have: its task, seed, the profile it is keyed under, its key, and whether
+    the cache lacked it when it was looked up."""
+
+    task: str
+    seed: int
+    profile: TrainProfile
+    key: str
+    missing: bool = False
+
+    def cost(self) -> int:  # a run's time grows with its steps, batch and task length
+        own = self.profile.for_task(self.task)
+        return own.steps * own.batch_size * get_task(self.task).max_input_len
+
+
+def find_missing(jobs: list[Job], root: Path) -> tuple[list[Job], list[Job]]:
+    """The jobs, each once (in order), marked with whether the cache under ``root`` lacks
+    their run (or holds it unusable: moved aside); and the missing ones, costliest first."""
+    unique = {job.key: job for job in jobs}
+    lacking = {key for key, job in unique.items()
+               if load_run(root / key, key, job.profile) is None}
+    marked = [replace(job, missing=job.key in lacking) for job in unique.values()]
+    missing = sorted((job for key, job in unique.items() if key in lacking), key=Job.cost,
+                     reverse=True)  # stable: equal costs keep the jobs' order
+    return marked, [replace(job, missing=True) for job in missing]
+
+
+def prepare_runs_dir(runs: Path) -> None:
+    """Before training into the run folder ``runs``: refuse a cache that cannot take the run
+    (``cache.check_writable``), and sweep what killed writers left there."""
+    cache.check_writable(runs)
+    cache.sweep_stale(runs)
+
+
+def _finite_weights(model: GPT) -> bool:
+    return all(bool(torch.isfinite(p).all()) for p in model.state_dict().values())
+
+
+def commit_run(runs: Path, key: str, model: GPT, metrics: dict, profile: TrainProfile) -> None:
+    """Write weights and metrics to a temporary directory, then rename it to ``runs/key``.
+
+    Refuses (RuntimeError) a run whose loss or weights are not finite: such a run is a failed
+    run, and caching it would serve the failure as a result."""
+    losses = [metrics["final_loss"], *metrics["loss_curve"]]
+    if not all(math.isfinite(x) for x in losses) or not _finite_weights(model):
+        raise RuntimeError(f"run {metrics.get('task')!r} seed {metrics.get('seed')!r} of profile "
+                           f"{profile.name!r} diverged (non-finite loss or weights); not cached")
+    problem = metrics_problem(metrics)
+    if problem:
+        raise RuntimeError(f"run {metrics.get('task')!r} seed {metrics.get('seed')!r}: "
+                           f"{problem}; not cached")
+    tmp = cache.staging_dir(runs, key)
+    save_model(model, str(tmp / "model.safetensors"))
+    metrics["weights_sha256"] = cache.file_sha256(tmp / "model.safetensors")
+    metrics["metrics_sha256"] = metrics_digest(metrics)
+    (tmp / "metrics.json").write_text(json.dumps(metrics, indent=1))
+    cache.commit_dir(tmp, runs / key, lambda d: _valid(d, key, profile))
+
+
+def _valid(run_dir: Path, key: str, profile: TrainProfile) -> bool:
+    try:
+        _check_entry(run_dir, key, profile)
+    except _BadEntry:
+        return False
+    return True
+
+
+def train_and_score(task: str, seed: int, prof: TrainProfile, dev: torch.device, key: str,
+                    progress: bool = True) -> tuple[GPT, dict]:
+    """Train one run, evaluate it and fill in its metrics; nothing is written. The model comes
+    back on the CPU in eval mode. Every backend trains a run through this function, so a seed
+    gives the same weights whichever process or machine runs it."""
+    if dev.type == "cpu":
+        # one thread: CPU results are then identical whatever the core count (a reduction
+        # split over threads rounds differently); train_many runs in parallel instead
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            model, metrics = train(task, seed, prof, dev, progress=progress)
+        finally:
+            torch.set_num_threads(threads)
+    else:
+        model, metrics = train(task, seed, prof, dev, progress=progress)
+    return score(model, metrics, task, seed, prof, dev, key)
+
+
+def score(model: GPT, metrics: dict, task: str, seed: int, prof: TrainProfile,
+          dev: torch.device, key: str) -> tuple[GPT, dict]:
+    """Exact match of a trained run on its test prefix, and the metrics that describe the run
+    (``metrics`` is completed in place); the model comes back on the CPU in eval mode."""
+    test = make_split(task, seed, n_train=prof.n_train, n_test=prof.n_test).test[: prof.n_eval]
+    start = time.perf_counter()
+    metrics["accuracy"] = evaluate(model, test, batch_size=prof.eval_batch_size)
+    metrics["eval_seconds"] = time.perf_counter() - start
+    metrics.update(
+        n_test=len(test), task=task, seed=seed, key=key, profile=prof.name,
+        num_params=model.num_params(), config=prof.model.to_dict(), torch=torch.__version__,
+        dtype_policy=dtype_policy(dev.type),
+        date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+    return model.cpu().eval(), metrics
+
+
+def train_or_load(
+    task: str,
+    seed: int = 0,
+    profile: str | TrainProfile = "cpu",
+    device: str = "auto",
+    cache_dir: str | Path | None = None,
+    progress: bool = True,
+) -> TrainedRun:
+    """The trained run of (task, seed, profile): from the cache when its key matches, otherwise
+    trained on ``device``, evaluated, and committed to the cache. The model comes back on the
+    CPU in eval mode."""
+    get_task(task)
+    prof = get_profile(profile)
+    check_seed(seed)
+    dev = resolve_device(device)
+    key = run_key(task, seed, prof, dev)
+    runs = resolve_cache_dir(cache_dir) / "runs"
+    loaded = load_run(runs / key, key, prof)
+    if loaded is not None:
+        model, metrics = loaded
+        return TrainedRun(model, metrics, prof, from_cache=True)
+
+    prepare_runs_dir(runs)  # a cache that cannot take the run fails now, not after training
+    model, metrics = train_and_score(task, seed, prof, dev, key, progress)
+    commit_run(runs, key, model, metrics, prof)
+    return TrainedRun(model, metrics, prof, from_cache=False)
+
+
+# Sustained training FLOP/s of one run on one CPU thread, measured on the old quick profile (about

@@ -1,0 +1,184 @@
+"""Tests of the run cache against a hostile but fair user: every stored field verified, readers
+that cannot hang, and a cache that cannot take a run refused before training starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+import warnings
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from nopelib import launch, profiles
+from nopelib import runs as rc
+from nopelib import cache
+from nopelib.cache import CacheWarning
+from nopelib.model import GPTConfig
+
+TINY = replace(
+    profiles.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=1, n_head=2, n_embd=16),
+    steps=6, batch_size=8, warmup_steps=2, n_train=64, n_test=16, n_eval=16,
+    eval_batch_size=16, log_every=3, seeds=(0,), task_budgets=(), curve_every=0, n_curve=16,
+)
+
+
+@pytest.fixture(autouse=True)
+def _cache_in_tmp(tmp_path, monkeypatch):
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _trained(tmp_path: Path) -> Path:
+    run = rc.train_or_load("addition", 0, TINY, device="cpu", progress=False)
+    return tmp_path / "cache" / "runs" / run.metrics["key"]
+
+
+def _reload_warns() -> rc.TrainedRun:
+    with pytest.warns(CacheWarning):
+        run = rc.train_or_load("addition", 0, TINY, device="cpu", progress=False)
+    assert not run.from_cache
+    return run
+
+
+@pytest.mark.parametrize("edit", [
+    {"accuracy": 1.0}, {"accuracy": float("nan")}, {"accuracy": 7.5}, {"accuracy": "1.0"},
+    {"final_loss": float("-inf")}, {"n_test": 0}])
+def test_an_edited_metric_is_a_miss(tmp_path, edit):
+    run_dir = _trained(tmp_path)
+    path = run_dir / "metrics.json"
+    metrics = json.loads(path.read_text())
+    metrics.update(edit)
+    path.write_text(json.dumps(metrics))
+    again = _reload_warns()
+    assert again.metrics["accuracy"] != edit.get("accuracy") or edit["accuracy"] == 0.0
+
+
+def test_metrics_are_range_checked_even_with_a_matching_digest(tmp_path):
+    run_dir = _trained(tmp_path)
+    path = run_dir / "metrics.json"
+    metrics = json.loads(path.read_text())
+    del metrics["final_loss"]
+    metrics["metrics_sha256"] = rc.metrics_digest(metrics)  # a forger who knows the format
+    path.write_text(json.dumps(metrics))
+    _reload_warns()
+    assert rc.metrics_problem({**metrics, "final_loss": 1.0}) is None
+    assert "final_loss" in rc.metrics_problem(metrics)
+    assert "accuracy" in rc.metrics_problem({**metrics, "final_loss": 1.0, "accuracy": True})
+
+
+def _returns_within(fn, seconds: float = 20.0):
+    out = {}
+    thread = threading.Thread(target=lambda: out.setdefault("value", fn()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), "the reader hung"
+    return out["value"]
+
+
+def test_a_fifo_or_device_in_place_of_a_file_does_not_hang(tmp_path):
+    run_dir = _trained(tmp_path)
+    weights = run_dir / "model.safetensors"
+    weights.unlink()
+    os.mkfifo(weights)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run = _returns_within(lambda: rc.train_or_load("addition", 0, TINY, device="cpu",
+                                                       progress=False))
+    assert not run.from_cache and any("not a regular file" in str(w.message) for w in caught)
+    run_dir = tmp_path / "cache" / "runs" / run.metrics["key"]
+    (run_dir / "metrics.json").unlink()
+    (run_dir / "metrics.json").symlink_to("/dev/zero")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run = _returns_within(lambda: rc.train_or_load("addition", 0, TINY, device="cpu",
+                                                       progress=False))
+    assert not run.from_cache and any("not a regular file" in str(w.message) for w in caught)
+
+
+def test_sizes_are_bounded_before_reading(tmp_path):
+    path = tmp_path / "big"
+    with open(path, "wb") as f:
+        f.truncate(2**31)  # sparse: 2 GB that costs no disk
+    with pytest.raises(OSError, match="more than"):
+        cache.read_bytes(path, 2**20)
+    with pytest.raises(OSError, match="more than"):
+        cache.file_sha256(path, 2**20)
+
+
+def test_a_cache_that_cannot_take_a_run_fails_before_training(tmp_path, monkeypatch):
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained although the cache cannot take the run")
+
+    monkeypatch.setattr(rc, "train_and_score", no_training)
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    with pytest.raises(OSError, match="(?i)not a directory"):
+        rc.train_or_load("addition", 0, TINY, device="cpu", cache_dir=not_a_dir)
+    # a cache folder under a file cannot be created
+    with pytest.raises(OSError, match="not writable|not a directory"):
+        rc.train_or_load("addition", 0, TINY, device="cpu", cache_dir=not_a_dir / "sub")
+    monkeypatch.setattr(shutil, "disk_usage",
+                        lambda p: shutil._ntuple_diskusage(10**9, 10**9 - 10**6, 10**6))
+    with pytest.raises(OSError, match="MiB free"):
+        rc.train_or_load("addition", 0, TINY, device="cpu")
+    with pytest.raises(OSError, match="MiB free"):
+        launch.train_many([("addition", 0)], TINY, device="cpu", workers=1)
+
+
+def test_an_unwritable_cache_is_refused(tmp_path, monkeypatch):
+    # root ignores permission bits, so the refusal of mkstemp stands in for a read-only cache
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(cache.tempfile, "mkstemp", refuse)
+    with pytest.raises(OSError, match="not writable"):
+        cache.check_writable(tmp_path / "cache")
+
+
+def test_a_bad_entry_that_cannot_be_moved_aside_is_reported(tmp_path, monkeypatch):
+    entry = tmp_path / "entry"
+    entry.mkdir()
+
+    def read_only(src, dst):
+        raise PermissionError(30, "Read-only file system")
+
+    monkeypatch.setattr(cache.os, "replace", read_only)
+    with pytest.warns(CacheWarning, match="could not be moved aside"):
+        cache.quarantine(entry, "its checksum differs")
+    assert entry.exists()
+
+
+def test_stale_staging_entries_are_swept(tmp_path):
+    runs = tmp_path / "runs"
+    old, young = runs / ".tmp-old-1", runs / ".tmp-young-2"
+    for path in (old, young):
+        path.mkdir(parents=True)
+        (path / "model.safetensors").write_bytes(b"0" * 100)
+    day_ago = time.time() - cache.STALE_SECONDS - 60
+    os.utime(old, (day_ago, day_ago))
+    (runs / "kept").mkdir()
+    cache.sweep_stale(runs)
+    assert not old.exists() and young.exists() and (runs / "kept").exists()
+
+
+def test_seeds_out_of_range_are_refused_before_training(monkeypatch):
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained a run with a bad seed")
+
+    monkeypatch.setattr(rc, "train_and_score", no_training)
+    for seed in (2**64, -1, 1.0, True):
+        with pytest.raises(ValueError, match="seed="):
+            rc.train_or_load("addition", seed, TINY, device="cpu")
+        with pytest.raises(ValueError, match="seed="):
+            launch.train_many([("addition", seed)], TINY, device="cpu", workers=1)
+    with pytest.raises(ValueError, match="seeds="):
+        replace(TINY, seeds=(2**40,))

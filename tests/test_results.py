@@ -1,0 +1,79 @@
+"""Tests of the committed-results loader: every committed file is valid, and every kind of
+damage is refused with the file and the field named."""
+
+import copy
+import json
+import os
+
+import pytest
+
+from nopelib import results
+
+
+def test_every_committed_result_is_valid(monkeypatch):
+    names = results.check_all()
+    assert {"recipe_addition_reversal.json", "budget_reversal.json"} <= set(names)
+    # found from the package, whatever the working directory
+    monkeypatch.chdir("/")
+    assert results.load("budget_reversal.json")["runs"]
+
+
+def _budget() -> dict:
+    return json.loads((results.RESULTS_DIR / "budget_reversal.json").read_text())
+
+
+@pytest.mark.parametrize("where, value, field", [
+    (("runs", 0, "accuracy"), float("nan"), "runs[0].accuracy"),
+    (("runs", 0, "accuracy"), 7.0, "runs[0].accuracy"),
+    (("runs", 1, "accuracy"), "1.0", "runs[1].accuracy"),
+    (("runs", 0, "after"), [0.5, float("nan"), 0.7, 0.8, 0.9], "runs[0].after"),
+    (("runs", 0, "seed"), -1, "runs[0].seed"),
+    (("runs", 0, "task"), "rev", "runs[0].task"),
+    (("provenance", "wall_seconds"), -3, "provenance.wall_seconds"),
+    (("provenance", "commit"), "HEAD", "provenance.commit"),
+])
+def test_damage_is_refused_naming_file_and_field(tmp_path, where, value, field):
+    doc = _budget()
+    target = doc
+    for key in where[:-1]:
+        target = target[key]
+    target[where[-1]] = value
+    path = tmp_path / "budget_edited.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(results.ResultsError) as err:
+        results.load(path)
+    assert str(path) in str(err.value) and field in str(err.value)
+
+
+def test_missing_fields_broken_json_and_bad_names(tmp_path):
+    doc = _budget()
+    del doc["runs"][2]["before"]
+    path = tmp_path / "budget_x.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(results.ResultsError, match=r"runs\[2\].before is missing"):
+        results.load(path)
+    path.write_text('{"provenance": ')
+    with pytest.raises(results.ResultsError, match="budget_x.json: cannot be read as JSON"):
+        results.load(path)
+    with pytest.raises(results.ResultsError, match="must start with"):
+        results.load(tmp_path / "notes.json")
+    os.mkfifo(tmp_path / "budget_fifo.json")  # read as a file, never hangs
+    with pytest.raises(results.ResultsError, match="not a regular file"):
+        results.load(tmp_path / "budget_fifo.json")
+
+
+def test_a_recipe_whose_profile_cannot_rebuild_is_refused(tmp_path):
+    doc = json.loads((results.RESULTS_DIR / "recipe_addition_reversal.json").read_text())
+    bad = copy.deepcopy(doc)
+    bad["provenance"]["training"]["lr"] = -1.0
+    (tmp_path / "recipe_bad.json").write_text(json.dumps(bad))
+    with pytest.raises(results.ResultsError, match="provenance.training"):
+        results.load(tmp_path / "recipe_bad.json")
+    bad = copy.deepcopy(doc)
+    bad["runs"][0]["curve"]["accuracy"] = bad["runs"][0]["curve"]["accuracy"][:-1]
+    (tmp_path / "recipe_bad.json").write_text(json.dumps(bad))
+    with pytest.raises(results.ResultsError, match=r"runs\[0\].curve"):
+        results.load(tmp_path / "recipe_bad.json")
+    assert results.load_all("recipe", tmp_path / "none") == {}
+    with pytest.raises(ValueError, match="kind="):
+        results.load_all("nope")
