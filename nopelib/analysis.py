@@ -9,7 +9,6 @@ short. Every study builds freshly initialised models with ``random_model``.
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from collections import defaultdict
@@ -22,7 +21,9 @@ import torch
 
 from nopelib.metrics import adjacency_score, cosine_similarity_matrix
 from nopelib.model import GPT, GPTConfig
+from nopelib.stats import summarize
 from nopelib.tasks import TASKS, encode_inputs, get_task
+from nopelib.params import Choice, Float, Int, ListOf
 
 # ---------------------------------------------------------------------------------------------
 # inputs and models
@@ -142,6 +143,26 @@ def similarity_matrices(model: GPT, text: str) -> np.ndarray:
     return cosine_similarity_matrix(states[:, 0]).numpy()
 
 
+@torch.no_grad()
+def permutation_gap(model: GPT, text: str, seed: int = 0) -> float:
+    """Largest |h(x)[perm] - h(x[perm])| over every layer, position and feature, for one random
+    permutation of the positions of ``text`` (drawn with ``seed``): 0 up to float rounding for
+    a permutation-equivariant model (bidirectional attention without a position encoding)."""
+    idx, _ = encode_inputs([text])  # [1, T]
+    perm = torch.randperm(idx.shape[1], generator=torch.Generator().manual_seed(seed))
+    h = model.hidden_states(idx)  # [L+1, 1, T, d]
+    h_perm = model.hidden_states(idx[:, perm])
+    return (h[:, :, perm] - h_perm).abs().max().item()
+
+
+def layer_matrix(text: str, layer: int, base: GPTConfig | None = None, seed: int = 0,
+                 **overrides) -> tuple[np.ndarray, float]:
+    """Similarity matrix [T, T] of ``text`` at one layer of a fresh random model (``base`` with
+    ``overrides``, e.g. ``init_std``), and its adjacency score."""
+    matrix = similarity_matrices(random_model(base, seed=seed, **overrides), text)[layer]
+    return matrix, float(adjacency_score(matrix))
+
+
 LEARNED_AT = 0.9  # exact match on the whole test split, every seed: the task is learned
 
 
@@ -151,13 +172,6 @@ def is_learned(metrics: Sequence[Mapping], n_test: int) -> bool:
     of ``n_test`` examples. Claims about trained models are made on learned tasks only."""
     return bool(metrics) and all(m["accuracy"] >= LEARNED_AT and m["n_test"] == n_test
                                  for m in metrics)
-
-
-def summarize(scores: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and sample standard deviation along ``axis`` (ddof=1 where there are >= 2 values)."""
-    mean = scores.mean(axis=axis)
-    std = scores.std(axis=axis, ddof=1) if scores.shape[axis] > 1 else np.zeros_like(mean)
-    return mean, std
 
 
 # ---------------------------------------------------------------------------------------------
@@ -235,6 +249,58 @@ def seed_series(
         name = label.format(**values) if label else ", ".join(map(str, values.values()))
         series[name] = summarize(frame.pivot(index="seed", columns=x, values="score").to_numpy())
     return series
+
+
+def layer_mean_std(scores: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and std over seeds of the score per layer, each seed's score first averaged over
+    its rows (tasks, configurations): ([n_layer + 1], [n_layer + 1]). ``scores`` has columns
+    ``seed``, ``layer``, ``score`` (``task_scores``, ``config_scores``)."""
+    per_seed = scores.groupby(["seed", "layer"]).score.mean().unstack()  # [seed, layer]
+    return summarize(per_seed.to_numpy())
+
+
+def reading_means(scores: pd.DataFrame, reading: str) -> pd.Series:
+    """Mean score over seeds of the initialisation study (``config_scores`` over init_target,
+    init_mean, init_std) in one reading ("embedding" or "all"), indexed by (init_mean,
+    init_std, layer)."""
+    frame = scores[scores.init_target == reading]
+    return frame.groupby(["init_mean", "init_std", "layer"]).score.mean()
+
+
+def band_region(means: pd.Series, max_std: float = 0.02, min_layer: int = 1) -> pd.Series:
+    """The entries of ``reading_means`` where the band should form: init_std <= ``max_std``
+    and layer >= ``min_layer``."""
+    small = means[means.index.get_level_values("init_std") <= max_std]
+    return small[small.index.get_level_values("layer") >= min_layer]
+
+
+def lift_over_layer0(means: pd.Series, init_std: float) -> pd.DataFrame:
+    """How far each layer >= 1 scores above layer 0 at one ``init_std``, per mean: [init_mean,
+    layer >= 1]. ``means`` is ``reading_means``."""
+    wide = means.xs(init_std, level="init_std").unstack("layer")  # [mean, layer]
+    return wide.drop(columns=0).sub(wide[0], axis=0)
+
+
+def paired_difference(scores: pd.DataFrame, column: str, a: object, b: object,
+                      **where: object) -> pd.Series:
+    """Per seed, the score where ``column`` is ``a`` minus the score where it is ``b``, on the
+    rows where every column named in ``where`` has the given value (e.g. ``layer=1``): a
+    paired comparison, since one seed draws the same deviations for every configuration."""
+    mask = pd.Series(True, index=scores.index)
+    for name, value in where.items():
+        mask &= scores[name] == value
+    paired = scores[mask].pivot(index="seed", columns=column, values="score")  # [seed, col]
+    return paired[a] - paired[b]
+
+
+def rise_to_last_layer(scores: pd.DataFrame, layers: Sequence[int],
+                       widths: Sequence[int]) -> pd.Series:
+    """Mean score over seeds of the last layer minus layer 1, per (n_layer, n_embd) of a
+    depth-and-width grid (``config_scores`` over n_layer and n_embd)."""
+    by_layer = scores.groupby(["n_layer", "n_embd", "layer"]).score.mean()
+    return pd.Series({(L, W): by_layer.loc[L, W, L] - by_layer.loc[L, W, 1]
+                      for L in layers for W in widths},
+                     name="last layer minus layer 1")
 
 
 def mean_std_table(scores: pd.DataFrame, by: Sequence[str], digits: int = 3) -> pd.DataFrame:
@@ -320,40 +386,55 @@ def slider_frames(
     return matrices, scores
 
 
-# ---------------------------------------------------------------------------------------------
-# tolerances from the spread over seeds
-
-
-def student_t_quantile(q: float, df: int) -> float:
-    """The q quantile (0.5 < q < 1) of Student's t with df degrees of freedom, by bisection on
-    its CDF, 1/2 + the integral of the density from 0 (Simpson's rule on 4001 points)."""
-    if not 0.5 < q < 1:
-        raise ValueError(f"q={q!r} must lie in (0.5, 1)")
-    if not (isinstance(df, (int, np.integer)) and df >= 1):
-        raise ValueError(f"df={df!r} must be a positive integer")
-    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
-
-    def cdf(t: float) -> float:
-        x = np.linspace(0.0, t, 4001)
-        f = np.exp(log_c - (df + 1) / 2 * np.log1p(x**2 / df))
-        h = t / 4000
-        return 0.5 + h / 3 * (f[0] + f[-1] + 4 * f[1:-1:2].sum() + 2 * f[2:-1:2].sum())
-
-    lo, hi = 0.0, 1.0
-    while cdf(hi) < q:
-        hi *= 2
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if cdf(mid) < q else (lo, mid)
-    return (lo + hi) / 2
-
-
-def seed_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
-    """Mean of per-seed values and two half-widths from their spread (Student t, n - 1 df):
-    (mean, t sd / sqrt(n) for the mean, t sd sqrt(1 + 1/n) for one new seed's value)."""
-    x = np.asarray(values, dtype=np.float64)
-    if x.ndim != 1 or x.size < 2:
-        raise ValueError(f"values must hold >= 2 per-seed values; got shape {x.shape}")
-    t = student_t_quantile(0.5 + level / 2, x.size - 1)
-    sd = float(x.std(ddof=1))
-    return float(x.mean()), t * sd / math.sqrt(x.size), t * sd * math.sqrt(1 + 1 / x.size)
+# The random-initialisation chapter's parameters and their rules (its ``parameters`` cell: edit the two
+# together). Upper bounds are rough costs on the 2-core development machine, far
+# above the defaults; the reason is in each message.
+CHAPTER_PARAMS = {
+    # claim 3's spreads and tolerances need two or more
+    "n_seeds": Int(min=2, max=200, why="each seed scores 26 base models (Figure 1 in two "
+                   "readings, 18 initialisations, 6 controls), ~0.8 s each at 16 inputs per "
+                   "task: ~20 s per seed, ~1.1 h at 200"),
+    "inputs_per_task": Int(min=1, max=2048, why="each adds 4 inputs (~10 ms each) to 26 "
+                           "models per seed: ~3 s at 3 seeds, ~1.7 h at 2048, and a batch of "
+                           "states of ~2 GB"),
+    "heatmap_task": Choice(TASKS),
+    "init_means": ListOf(Float(min=-1e6, max=1e6), max_len=32,
+                         why="each mean adds 2 x len(init_stds) x n_seeds models (18 at the "
+                             "defaults, ~0.8 s each): ~15 s per mean, ~8 min at 32"),
+    "init_stds": ListOf(Float(min=0.0, max=1e6, open=True), max_len=32,
+                        why="each std adds 2 x len(init_means) x n_seeds models and a slider "
+                            "frame: ~15 s per std, ~8 min at 32"),
+    "gone_margin": Float(min=0.0, max=0.5),
+    "grid_layers": ListOf(Int(min=1, max=96, why="96 layers x 768 wide is 0.68 G parameters, "
+                              "~1 min per seed"),
+                          max_len=8, why="each depth adds len(grid_widths) x grid_seeds "
+                                         "models (9 at the defaults), up to ~15 s each"),
+    "grid_widths": ListOf(Int(min=6, max=3072, why="6 layers x 3072 wide is 0.68 G "
+                              "parameters, ~1 min per seed").where(
+                              lambda w, _: w % 6 == 0, "a multiple of the 6 heads"),
+                          max_len=8, why="each width adds len(grid_layers) x grid_seeds "
+                                         "models (9 at the defaults), up to ~15 s each").where(
+        lambda ws, p: 12 * max(p["grid_layers"]) * max(ws) ** 2 <= 1.2e9,
+        "the deepest and widest grid model at most 1.2 G parameters (12 x n_layer x n_embd^2: "
+        "4.8 GB of float32 weights; 24 x 768 is 0.17 G)"),
+    # the tolerance is derived from the spread over seeds
+    "grid_seeds": Int(min=2, max=100, why="each seed scores the 9 grid models, ~30 s in all "
+                      "at the defaults: ~50 min at 100"),
+    "grid_inputs_per_task": Int(min=1, max=512, why="~4 s per input per task for the 9 grid "
+                                "models x 3 seeds: ~35 min at 512, where the 24 x 768 model's "
+                                "states of 4 x 512 inputs take 3.5 GB"),
+    "level": Float(min=0.5, max=1.0, open=True),
+    "lengths": ListOf(Int(min=3, max=8192, why="the [7, T, T] float32 similarity matrices "
+                          "take 1.9 GB at T = 8192"),
+                      max_len=32, why="each length is scored on all 2 x length_seeds x "
+                                      "length_seqs sequences, up to ~10 s each at T = 8192"),
+    "length_seeds": Int(min=1, max=32, why="each seed adds 2 x length_seqs sequences, ~1 s "
+                        "each at lengths <= 512 and ~1 min at 8192: ~4 min at 32 (defaults)"),
+    "length_seqs": Int(min=1, max=32, why="each adds 2 x length_seeds sequences, ~1 s each at "
+                       "lengths <= 512 and ~1 min at 8192: ~2 min at 32 (defaults)"),
+    "control_vocab": Int(min=2, max=2**20, why="the control model's embedding is "
+                         "control_vocab x 384 float32: 1.6 GB at 2^20").where(
+        lambda v, p: v * max(p["lengths"]) <= 2**31,
+        "control_vocab x max(lengths) <= 2^31 (the forward pass makes logits of that many "
+        "float32: 8 GB)"),
+}

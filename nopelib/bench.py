@@ -38,13 +38,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from unittest import mock
 
-import nbclient
-import nbformat
 import numba
 import numpy as np
 import pandas as pd
 import torch
-import yaml
 
 from nopelib.analysis import long_sequence, random_model, similarity_matrices
 from nopelib.cache import commit_file
@@ -349,6 +346,8 @@ def bench_evaluation(sizes: Sizes, device: torch.device) -> dict:
 
 def toc_chapters(toc: Path = ROOT / "_toc.yml") -> list[Path]:
     """The notebooks listed in ``_toc.yml``, in reading order."""
+    import yaml  # the bench extra (pip install .[bench]); every module imports without it
+
     files = [entry["file"] for entry in yaml.safe_load(toc.read_text())["chapters"]]
     return [ROOT / f"{f}.ipynb" for f in files if (ROOT / f"{f}.ipynb").is_file()]
 
@@ -357,6 +356,9 @@ def _execute(path: Path, timeout_s: int, memo_on: bool) -> tuple[float, str]:
     """Wall seconds and status of executing one notebook with nbclient, as the book build
     does, cwd = its folder. (Under papermill the averaging chapter's ipywidgets cell did not
     finish when this was written.)"""
+    import nbclient  # the bench extra
+    import nbformat
+
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(nb, timeout=timeout_s, kernel_name="python3",
                                      resources={"metadata": {"path": str(path.parent)}})

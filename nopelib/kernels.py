@@ -27,15 +27,15 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from nopelib import cache, claims
-from nopelib.analysis import is_learned, layer_scores, random_model, sample_inputs
+from nopelib.analysis import is_learned
 from nopelib.params import OutPath, check_args
 from nopelib.tasks import TASKS
 from nopelib.launch import train_many
 from nopelib.profiles import PROFILES
+from nopelib.study import scores_before_after
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = ("trained", "probes")
@@ -60,13 +60,8 @@ def summarize(profile: str = "cpu", n_analysis: int = 64) -> dict:
     learned = [t for t in TASKS if is_learned([runs[t, s].metrics for s in prof.seeds],
                                               prof.n_test)]
     judged = [t for t in prof.claim_tasks if t in learned]
-    before, after = {}, {}
-    for task in judged:
-        texts = sample_inputs(task, n_analysis, seed=12345)  # the chapter's inputs
-        before[task] = np.stack([layer_scores(random_model(prof.model, seed=s), texts).mean(0)
-                                 for s in prof.seeds])
-        after[task] = np.stack([layer_scores(runs[task, s].model, texts).mean(0)
-                                for s in prof.seeds])
+    # the trained chapter's inputs and scores
+    before, after = scores_before_after(prof.model, runs, judged, prof.seeds, n_analysis)
     tests = claims.claim_table(claims.trained_claims(before, after, judged)) if judged else None
     return {
         "capability": torch.backends.cpu.get_cpu_capability(),

@@ -25,7 +25,37 @@ def cosine_similarity_matrix(h: torch.Tensor, eps: float = 1e-12) -> torch.Tenso
     if h.dim() < 2:
         raise ValueError(f"h must have shape [..., T, d]; got {tuple(h.shape)}")
     unit = h / h.norm(dim=-1, keepdim=True).clamp_min(eps)
-    return unit @ unit.transpose(-2, -1)
+    C = unit @ unit.transpose(-2, -1)  # [..., T, T]
+    # Identical rows (a repeated token at layer 0) must give identical similarities, so the
+    # metric's ties are exact: a matrix product may round two equal columns differently,
+    # depending on the CPU's kernels. Each row's columns and row are copied from the first
+    # row equal to it, found by an exact integer hash of its bits.
+    first = _first_equal_row(unit)  # [..., T]
+    if bool((first != torch.arange(first.shape[-1])).any()):  # some row repeats another
+        C = C.gather(-1, first.unsqueeze(-2).expand_as(C))
+        C = C.gather(-2, first.unsqueeze(-1).expand_as(C))
+    return C
+
+
+# odd multipliers below 2**20: a hash of 32-bit words that cannot overflow int64 for rows of
+# up to 2**11 words per multiplier cycle (2**31 * 2**20 * 2**11 = 2**62)
+_HASH = torch.randint(0, 2**19, (1 << 11,), generator=torch.Generator().manual_seed(0)) * 2 + 1
+
+
+def _first_equal_row(x: torch.Tensor) -> torch.Tensor:
+    """For each row of x [..., T, d], the index of the first row with the same bits (itself
+    if no earlier row has them), from an integer hash of the bits: exact, and the same on
+    every CPU, since integer sums do not depend on the order they are added in."""
+    if x.dtype not in (torch.float32, torch.float64):
+        x = x.float()
+    words = x.contiguous().view(torch.int32).to(torch.int64)  # [..., T, d or 2d]
+    n = words.shape[-1]
+    key = torch.zeros(words.shape[:-1], dtype=torch.int64)
+    for lo in range(0, n, len(_HASH)):  # chunks keep every partial sum below 2**63
+        chunk = words[..., lo:lo + len(_HASH)]
+        key = key ^ (chunk * _HASH[:chunk.shape[-1]]).sum(-1)
+    same = key.unsqueeze(-1) == key.unsqueeze(-2)  # [..., T, T]
+    return same.int().argmax(-1)  # the first True of each row
 
 
 def embedding_variance(h: ArrayLike) -> ArrayLike:

@@ -43,11 +43,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from nopelib.analysis import random_model
 from nopelib.claims import t_interval
 from nopelib.metrics import embedding_variance, nrmse, pearson_r
-from nopelib.model import GPT
-from nopelib.tasks import encode, encode_batch, make_split
-from nopelib.profiles import TrainProfile, get_profile
+from nopelib.model import GPT, GPTConfig
+from nopelib.params import SEED, Choice, Int, ListOf
+from nopelib.tasks import CHARS, MAX_SEQ_LEN, TASKS, encode, encode_batch, make_split
+from nopelib.profiles import PROFILES, TrainProfile, get_profile
 
 FEATURE_SETS = ("cosine", "variance", "hidden")
 
@@ -490,3 +492,104 @@ def metric_intervals(table: pd.DataFrame, unit: str = "seed",
             row.update({metric: mean, f"{metric} lo": lo, f"{metric} hi": hi})
         rows.append(row)
     return pd.DataFrame(rows).set_index(["layer", "features"])
+
+
+# ---------------------------------------------------------------------------------------------
+# the probes chapter: its parameters, its two studies and how it reports them
+
+# The probes chapter's parameters (its ``parameters`` cell: edit the two together). Upper
+# bounds: rough costs on the 2-core development machine (one probe study at the defaults:
+# ~25 s, 1.7 GB peak), far above the defaults; the reason is in each message.
+CHAPTER_PARAMS = {
+    "profile": Choice(PROFILES),
+    "tasks": ListOf(Choice(TASKS), unique=True),
+    "model_seeds": ListOf(SEED, unique=True, min_len=5, max_len=100,
+                          why="each seed is one probe study: ~25 s at the defaults, ~40 min "
+                              "at 100"),
+    "w": Int(min=1, max=1023, why="below T, which is at most 1024"),
+    "T": Int(min=2, max=1024, why="a batch of up to 256 sequences holds 6 x T^2 float32 "
+             "of attention per sequence: 6.4 GB at T = 1024").where(
+        lambda t, p: t > p["w"], "greater than w"),
+    "n_fit_tokens": Int(min=100, max=100_000, why="a study holds ~60 kB of states and "
+                        "features per fitting token (1.7 GB peak at 21,600) and takes ~1.2 s "
+                        "per 1,000: ~6 GB and ~2 min per study at 100,000"),
+    "grid_windows": ListOf(Int(min=1, max=1023, why="below every grid length, at most 1024"),
+                           unique=True, max_len=16,
+                           why="each window adds one probe fit per layer to every grid study "
+                               "(~0.5 s each)"),
+    "grid_lengths": ListOf(Int(min=2, max=1024, why="as T: 6.4 GB of attention at 1024"),
+                           unique=True, max_len=16,
+                           why="each length adds one study per grid seed (~3 s at T = 128)"
+                           ).where(lambda ts, p: min(ts) > max(p["grid_windows"]),
+                                   "each greater than every grid window"),
+    "grid_seeds": ListOf(SEED, unique=True, max_len=100,
+                         why="each seed adds one study per grid length (3 at the defaults, "
+                             "~3 s each): ~15 min at 100"),
+    "grid_fit_tokens": Int(min=100, max=100_000, why="as n_fit_tokens: ~60 kB per fitting "
+                           "token, ~6 GB at 100,000"),
+    "w_trained": Int(min=1, max=MAX_SEQ_LEN - 2),
+    "trained_probe_seeds": ListOf(SEED, unique=True, max_len=100,
+                                  why="each probe seed refits every layer's probes of each "
+                                      "judged trained model (3 at the defaults), ~0.3 s each: "
+                                      "~2 min at 100"),
+    "n_trained_seq": Int(min=20).where(
+        lambda n, p: p["profile"] not in PROFILES or n <= PROFILES[p["profile"]].n_test,
+        "at most the profile's test split"),
+}
+
+
+def random_study(seed: int, T: int, windows: list[int], fit_tokens: int,
+                 config: RidgeConfig, shuffle_layers: tuple[int, ...] = (),
+                 layers: list[int] | None = None, kinds: tuple[str, ...] = FEATURE_SETS,
+                 **model: object) -> pd.DataFrame:
+    """Probe table of the random model of ``seed`` (GPTConfig overrides in ``model``) at
+    ``layers`` (all: None) with ``kinds``, and the shuffled-target control at
+    ``shuffle_layers`` from the same forward pass.
+
+    The model reads i.i.d. uniform sequences of ``T`` characters, as many as give each probe
+    ``fit_tokens`` fitting tokens at the largest window (``sequences_for``), drawn with
+    ``seed``, which also seeds the probe. One row per (w, layer, features, seed) with columns
+    nrmse, r, w and shuffled (True for the control's rows, fitted at the first window)."""
+    n_seq = sequences_for(fit_tokens, T, max(windows), config)
+    ids = random_token_sequences(n_seq, T, CHARS, seed=seed)  # [n_seq, T]
+    net = random_model(seed=seed, block_size=max(T, GPTConfig().block_size), **model)
+    states = model_states(net, ids)  # [L+1, n_seq, T, d]
+    tables = [probe_layers(states, w, [seed], kinds, layers, config)
+              .assign(w=w, shuffled=False) for w in windows]
+    if shuffle_layers:
+        control = probe_layers(states, windows[0], [seed], layers=list(shuffle_layers),
+                               config=config, shuffle_targets=True)
+        tables.append(control.assign(w=windows[0], shuffled=True))
+    return pd.concat(tables, ignore_index=True)
+
+
+def trained_study(task: str, seed: int, profile: str, n: int, w: int,
+                  probe_seeds: list[int], model: GPT, config: RidgeConfig,
+                  shuffle: bool = False) -> pd.DataFrame:
+    """Probe table of one trained model (the run of ``task`` and ``seed`` under ``profile``)
+    on its own first ``n`` held-out test sequences (``task_sequences``), window ``w``, every
+    layer and feature set, one fit per probe seed; with ``shuffle``, the shuffled-target
+    control at layer 1 instead."""
+    ids, lengths = task_sequences(task, seed, profile, n)  # [n, T], [n]
+    return probe_model(model, ids, [w], seeds=probe_seeds, config=config,
+                       lengths=lengths, layers=[1] if shuffle else None,
+                       shuffle_targets=shuffle)
+
+
+LAYER_VERDICTS = ("cosine", "variance", "cannot tell")
+
+
+def verdict_layers(comp: pd.DataFrame) -> str:
+    """Markdown: the layers of ``claims.probe_claims``'s table (one group, indexed by layer)
+    at each verdict, e.g. "**cosine** at layers 1, 2; **variance** at layers none; ..."."""
+    by_verdict = {v: list(comp.index[comp.verdict == v]) for v in LAYER_VERDICTS}
+    return "; ".join(f"**{v}** at layers {', '.join(map(str, ls)) or 'none'}"
+                     for v, ls in by_verdict.items())
+
+
+def with_interval(ci: pd.DataFrame) -> pd.DataFrame:
+    """``metric_intervals``'s table as text, "mean [lo, hi]" per metric (nrmse, r), with the
+    same index."""
+    return pd.DataFrame({m: [f"{a:.3f} [{lo:.3f}, {hi:.3f}]"
+                             for a, lo, hi in ci[[m, f"{m} lo", f"{m} hi"]].to_numpy()]
+                         for m in ("nrmse", "r")}, index=ci.index)

@@ -312,5 +312,3 @@ def train_or_load(
     commit_run(runs, key, model, metrics, prof)
     return TrainedRun(model, metrics, prof, from_cache=False)
 
-
-# Sustained training FLOP/s of one run on one CPU thread, measured on the old quick profile (about

@@ -1,5 +1,9 @@
 """Closed forms of the averaging effect, and a residual-stream model of the layer-1 score.
 
+Everything here is a formula, or a Monte Carlo of one (``simulate_averaged``,
+``null_attention_checks``): no model is built or run. The studies that set these closed forms
+beside random models live in ``nopelib.theory_studies``.
+
 Positions are 1-based in every formula here (position k averages the value vectors 1..k).
 
 The averaging effect: with uniform causal attention the output at position k is
@@ -26,18 +30,15 @@ its comparisons.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Sequence
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import torch
 
-from nopelib.analysis import length_groups, random_model, study_texts
-from nopelib.metrics import adjacency_row_scores, adjacency_score, cosine_similarity_matrix
-from nopelib.model import GPT, GPTConfig
-from nopelib.tasks import encode, encode_inputs
+if TYPE_CHECKING:  # the closed forms read a configuration's fields; they build no model
+    from nopelib.model import GPTConfig
 
 LN_EPS = 1e-5  # torch.nn.LayerNorm's default epsilon, used by every LayerNorm of the model
 
@@ -137,6 +138,27 @@ def simulate_averaged(n_draws: int, T: int, d: int, seed: int = 0, mean: float =
     return u.cumsum(axis=1) / _positions(T)[None, :, None]
 
 
+def inner_products_at_distance(n_draws: int, T: int, d: int, k0: int, seed: int = 0
+                               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Monte Carlo of the paper's inequality in row k0 (1-based): ``simulate_averaged`` draws
+    of i.i.d. value vectors, and for each distance t = 1..T-k0 the inner product
+    <a_k0, a_k0+t>, whose expectation is 1/(k0 + t).
+
+    Returns (t [T-k0]; the mean over draws [T-k0] and its standard error; the fraction of
+    draws in which the adjacent inner product beats the one at distance t, for t >= 2
+    [T-k0-1]).
+    """
+    if not 1 <= k0 < T:
+        raise ValueError(f"k0={k0!r} must lie in 1..T-1 (T={T!r})")
+    mc = simulate_averaged(n_draws, T, d, seed=seed)  # [draws, T, d]
+    G = np.einsum("ntd,nsd->nts", mc, mc)  # [draws, T, T]
+    t = np.arange(1, T - k0 + 1)
+    inner = G[:, k0 - 1, k0 - 1 + t]  # [draws, t]: <a_k0, a_k0+t>
+    mean, se = inner.mean(0), inner.std(0) / math.sqrt(n_draws)
+    wins = (G[:, k0 - 1, k0][:, None] > inner[:, 1:]).mean(0)  # adjacent beats t >= 2
+    return t, mean, se, wins
+
+
 def value_scale(sigma: float | np.ndarray, s_inf: float, eps: float = LN_EPS) -> np.ndarray:
     """Norm of one projected value vector for embedding std sigma:
     s_inf sigma / sqrt(sigma^2 + eps).
@@ -158,8 +180,10 @@ def embedding_ratio(
 
 
 @lru_cache(maxsize=64)
-def _triples(T: int) -> np.ndarray:
-    """All (k, i, j) with i < j < k, k >= 2 (0-based): [N, 3]."""
+def all_triples(T: int) -> np.ndarray:
+    """All comparisons (k, i, j) of the adjacency score, i < j < k, k >= 2 (0-based): [N, 3].
+
+    Cached per T and shared between callers: read it, do not write to it."""
     return np.array([(k, i, j) for k in range(2, T) for j in range(k) for i in range(j)],
                     dtype=np.int64)
 
@@ -174,7 +198,7 @@ def predicted_row_scores(tokens: Sequence[int], rho: float, d: int) -> np.ndarra
     T = K.shape[0]
     if T < 3:
         raise ValueError(f"tokens must have length >= 3 (rows k >= 2 have earlier pairs); got {T}")
-    idx = _triples(T)  # [N, 3] as (k, i, j)
+    idx = all_triples(T)  # [N, 3] as (k, i, j)
     p = comparison_probabilities(K, idx, d)  # [N]
     rows = np.full(T, np.nan)
     k = idx[:, 0]
@@ -217,55 +241,22 @@ def sigma_at_level(sigmas: Sequence[float], scores: Sequence[float], level: floa
     return float("nan")
 
 
-@torch.no_grad()
-def measure_value_scale(model: GPT, idx: torch.Tensor) -> float:
-    """RMS norm of one projected value vector of block 1, from its attention output.
-
-    Under uniform attention |a_k|^2 = s^2 n_kk / k^2 (repeats counted), so s^2 is estimated as
-    the mean of |a_k|^2 k^2 / n_kk over the batch idx [B, T] (no padding) and all positions.
-    Position 1 alone would be exact (it attends only to itself) but sees only the first token.
-    """
-    name = "blocks.0.hook_attn_out"
-    _, cache = model.run_with_cache(idx, [name], attn_impl="fused", stop_at_layer=1)
-    a = cache[name].double()  # [B, T, d]
-    k2 = torch.arange(1, idx.shape[1] + 1, dtype=torch.float64) ** 2  # [T]
-    n_kk = torch.stack([torch.tensor(np.diag(coincidence_counts(row.tolist()))) for row in idx])
-    return float(((a.pow(2).sum(-1) * k2 / n_kk).mean()).sqrt())  # n_kk: [B, T]
-
-
-@torch.no_grad()
-def block1_activations(model: GPT, idx: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Run only block 1 of a NoPE model on idx [B, T] (no padding) and return its pieces.
-
-    {"embedding": e [B, T, d], "attn_out": a [B, T, d] (c_proj's output, before the residual
-    add), "hidden": h1 [B, T, d] (the residual stream after block 1, MLP included), "weights":
-    [B, H, T, T] attention probabilities}. Skipping blocks 2..L makes a sweep over many models
-    affordable.
-    """
-    if model.config.pos_encoding != "none":
-        raise ValueError(f"pos_encoding={model.config.pos_encoding!r}: block1_activations "
-                         "models NoPE only ('none')")
-    names = {"embedding": "blocks.0.hook_resid_pre", "attn_out": "blocks.0.hook_attn_out",
-             "hidden": "blocks.0.hook_resid_post", "weights": "blocks.0.attn.hook_pattern"}
-    _, cache = model.run_with_cache(idx, list(names.values()), stop_at_layer=1)
-    return {key: cache[name] for key, name in names.items()}
-
-
-def block1_scores(model: GPT, texts: Sequence[str]) -> np.ndarray:
-    """Layer-1 adjacency score of each text for h = e + a (the model of this module: block 1
-    without its MLP) and for the real h1: [len(texts), 2]. Texts are batched by length."""
-    out = np.empty((len(texts), 2))
-    for members in length_groups(texts).values():
-        idx, _ = encode_inputs([texts[n] for n in members])
-        act = block1_activations(model, idx)
-        states = torch.stack([act["embedding"] + act["attn_out"], act["hidden"]])  # [2, B, T, d]
-        out[members] = adjacency_score(cosine_similarity_matrix(states)).T
-    return out
-
-
 def gram_cosine(K: np.ndarray) -> np.ndarray:
     """The cosine matrix of a Gram matrix K [T, T]: K_ij / sqrt(K_ii K_jj)."""
     return K / np.sqrt(np.outer(np.diag(K), np.diag(K)))
+
+
+def repeat_aware_cosine(token_seqs: Sequence[Sequence[int]]) -> np.ndarray:
+    """Expected cosine of the averaged terms with each sequence's repeats counted,
+    n_ab / sqrt(n_aa n_bb) (``gram_cosine`` of ``averaged_gram``), mean over sequences of one
+    length T: [T, T]. For distinct tokens it is ``uniform_cosine_matrix(T)``."""
+    return np.mean([gram_cosine(averaged_gram(t)) for t in token_seqs], axis=0)
+
+
+def mean_self_coincidences(token_seqs: Sequence[Sequence[int]]) -> np.ndarray:
+    """n_kk, the pairs of equal tokens among positions 1..k (k for distinct tokens), mean over
+    sequences of one length T: [T]. Under uniform attention |a_k|^2 = s^2 n_kk / k^2."""
+    return np.mean([np.diag(coincidence_counts(t)) for t in token_seqs], axis=0)
 
 
 def predicted_rows(token_seqs: Sequence[Sequence[int]], sigma: float, s_inf: float,
@@ -276,36 +267,8 @@ def predicted_rows(token_seqs: Sequence[Sequence[int]], sigma: float, s_inf: flo
     return np.mean([predicted_row_scores(t, rho, d)[2:] for t in token_seqs], axis=0)
 
 
-def sigma_sweep(sigmas: Sequence[float], n_seeds: int, texts: Sequence[str],
-                long_texts: Sequence[str]) -> dict[str, np.ndarray]:
-    """Block 1 of random NoPE base models (seeds 0..n_seeds-1) at every embedding std in sigmas.
-
-    Returns {"scores": [σ, seed, 2] layer-1 scores of e + a and of h1, mean over ``texts``;
-    "rows": [σ, T-2] row scores k = 2..T-1 of h1 on ``long_texts`` (all of one length T), mean
-    over texts and seeds; "cosine": [σ, T, T] the h1 cosine matrix of the first long text,
-    seed 0}: every measurement the chapter sets beside its prediction.
-    """
-    idx, _ = encode_inputs(list(long_texts))  # [n_long, T]
-    T = idx.shape[1]
-    scores = np.empty((len(sigmas), n_seeds, 2))
-    rows = np.empty((len(sigmas), T - 2))
-    cosine = np.empty((len(sigmas), T, T))
-    for n, sigma in enumerate(sigmas):
-        row_scores = []
-        for seed in range(n_seeds):
-            model = random_model(seed=seed, init_std=float(sigma))
-            scores[n, seed] = block1_scores(model, texts).mean(0)
-            C = cosine_similarity_matrix(block1_activations(model, idx)["hidden"])  # [n, T, T]
-            row_scores.append(adjacency_row_scores(C)[:, 2:])  # rows 0, 1 have no pair
-            if seed == 0:
-                cosine[n] = C[0].numpy()
-        rows[n] = np.concatenate(row_scores).mean(axis=0)
-    return {"scores": scores, "rows": rows, "cosine": cosine}
-
-
 # ---------------------------------------------------------------------------------------------
-# sampling error of the checks, the sigma threshold across tasks and architectures, and the
-# large-sigma excess (issue 14)
+# the null distribution of the chapter's attention-output checks, and the large-sigma limit
 
 def _layer_norm_rows(z: np.ndarray) -> np.ndarray:
     """LayerNorm at init (weight 1, bias 0) of the last axis, as ln_1 applies it."""
@@ -347,9 +310,9 @@ def null_attention_checks(token_seqs: Sequence[Sequence[int]], n_models: int, d:
     ids = ids.reshape(B, T)
     V = int(ids.max()) + 1
     k = _positions(T)
-    repeat_C = np.mean([gram_cosine(averaged_gram(t)) for t in seqs], axis=0)  # [T, T]
+    repeat_C = repeat_aware_cosine(seqs)  # [T, T]
     ideal_C = uniform_cosine_matrix(T)
-    n_kk = np.mean([np.diag(coincidence_counts(t)) for t in seqs], axis=0)  # [T]
+    n_kk = mean_self_coincidences(seqs)  # [T]
     rng = np.random.default_rng(seed)
     cos_reps = np.empty((n_rep, T, T))
     out = {"dev_repeat": np.empty(n_rep),
@@ -378,74 +341,6 @@ def null_attention_checks(token_seqs: Sequence[Sequence[int]], n_models: int, d:
     return {"cos_mean": cos_mean, "cos_sd": cos_reps.std(0, ddof=1), **out}
 
 
-def _block1_three_scores(model: GPT, texts: Sequence[str]) -> np.ndarray:
-    """Layer-1 scores of e, e + a and h1 for each text: [len(texts), 3].
-
-    One right-padded batch serves every length: with causal attention a text's positions never
-    see the padding after them (``analysis.layer_scores`` relies on the same fact); only float
-    rounding differs from a batch per length, which can flip a near-tie of repeated tokens.
-    """
-    out = np.empty((len(texts), 3))
-    idx, _ = encode_inputs(list(texts))  # [B, T_max], right-padded
-    act = block1_activations(model, idx)
-    e = act["embedding"]  # [B, T_max, d]
-    states = torch.stack([e, e + act["attn_out"], act["hidden"]])  # [3, B, T_max, d]
-    for T, members in length_groups(texts).items():
-        C = cosine_similarity_matrix(states[:, members, :T])  # [3, b, T, T]
-        out[members] = adjacency_score(C).T
-    return out
-
-
-def _unit_embedding(model: GPT) -> torch.Tensor:
-    """The token embedding divided by its init std: the N(0, 1) draw that ``random_model``
-    scales by ``init_std`` (drawn last in ``_init_weights``), so the same seed at another
-    sigma is this table times sigma."""
-    return model.transformer.wte.weight.detach().clone() / model.config.init_std
-
-
-@torch.no_grad()
-def threshold_study(archs: Sequence[tuple[int, int]], texts: Mapping[str, Sequence[str]],
-                    sigmas: Sequence[float], n_seeds: int,
-                    long_texts: Sequence[str]) -> dict[str, object]:
-    """Layer-1 scores of random NoPE models of several architectures over a sigma grid.
-
-    ``archs`` holds (n_layer, n_embd); ``texts`` maps each task to its inputs. Each seed's model
-    is built once and its token embedding rescaled to every sigma (the same draw times sigma,
-    which is what ``random_model(init_std=sigma)`` gives for that seed). Block 1 is all that
-    is run: depth enters it only through c_proj's init std 0.02/sqrt(2 n_layer).
-
-    Returns {"scores": DataFrame with one row per (n_layer, n_embd, task, seed, sigma) and the
-    mean scores of e alone ("e"), of e + a ("ea") and of the real h1 ("h1") over the task's
-    texts; "s_inf":
-    DataFrame (n_layer, n_embd, s_inf), the value scale of seed 0 measured on ``long_texts``
-    (all of one length) at sigma = 0.2, as the chapter measures it for the default model}.
-    """
-    _check_positive_int("n_seeds", n_seeds)
-    long_idx, _ = encode_inputs(list(long_texts))  # [n_long, T]
-    all_texts = [text for task_texts in texts.values() for text in task_texts]
-    owner, start = {}, 0  # task -> indices of its texts in all_texts
-    for task, task_texts in texts.items():
-        owner[task] = list(range(start, start + len(task_texts)))
-        start += len(task_texts)
-    rows, scales = [], []
-    for n_layer, n_embd in archs:
-        for seed in range(n_seeds):
-            model = random_model(seed=seed, n_layer=n_layer, n_embd=n_embd)
-            unit = _unit_embedding(model)  # [vocab, d]
-            if seed == 0:
-                model.transformer.wte.weight.copy_(unit * 0.2)
-                scales.append((n_layer, n_embd, measure_value_scale(model, long_idx)))
-            for sigma in sigmas:
-                model.transformer.wte.weight.copy_(unit * float(sigma))
-                scores = _block1_three_scores(model, all_texts)  # [texts, 3]
-                for task, members in owner.items():
-                    e, ea, h1 = scores[members].mean(0)
-                    rows.append((n_layer, n_embd, task, seed, float(sigma), e, ea, h1))
-    columns = ["n_layer", "n_embd", "task", "seed", "sigma", "e", "ea", "h1"]
-    return {"scores": pd.DataFrame(rows, columns=columns),
-            "s_inf": pd.DataFrame(scales, columns=["n_layer", "n_embd", "s_inf"])}
-
-
 def attention_logit_variance(d: int, init_std: float = 0.02) -> float:
     """Variance over keys of block 1's attention logits q.k/sqrt(d_h) at init: (init_std^2 d)^2.
 
@@ -455,6 +350,22 @@ def attention_logit_variance(d: int, init_std: float = 0.02) -> float:
     """
     _check_positive_int("d", d)
     return (init_std**2 * d) ** 2
+
+
+def predicted_shrinkage(T: int, logit_var: float) -> float:
+    """Mean relative shrinkage of the adjacent cosines C[k, k+1] (k = 1..T-1) below uniform
+    attention, from the attention logits' variance v over keys (``attention_logit_variance``).
+
+    The weights p_km ~ e^l_km scatter around 1/k with relative variance v (1 - 1/k), one draw
+    per query, so |a_k|^2 grows by g_k = 1 + v (1 - 1/k) while E<a_i, a_j> does not, and
+    C[k, k+1] shrinks by the factor (g_k g_{k+1})^(-1/2).
+    """
+    _check_positive_int("T", T)
+    if not (logit_var >= 0 and math.isfinite(logit_var)):
+        raise ValueError(f"logit_var={logit_var!r} must be a finite number >= 0")
+    k = np.arange(1, T + 1)
+    grow = 1 + logit_var * (1 - 1 / k)  # [T] growth of |a_k|^2, 1-based k
+    return float(np.mean(1 - 1 / np.sqrt(grow[:-1] * grow[1:])))
 
 
 def layer0_expected_score(tokens: Sequence[int]) -> float:
@@ -468,7 +379,7 @@ def layer0_expected_score(tokens: Sequence[int]) -> float:
     t = np.asarray(tokens)
     if t.ndim != 1 or t.size < 3:
         raise ValueError(f"tokens must be a 1-D sequence of length >= 3; got shape {t.shape}")
-    idx = _triples(t.size)  # [N, 3] as (k, i, j)
+    idx = all_triples(t.size)  # [N, 3] as (k, i, j)
     tk, ti, tj = t[idx[:, 0]], t[idx[:, 1]], t[idx[:, 2]]
     p = np.where((ti != tj) & (ti != tk) & (tj != tk), 0.5, 0.0) + ((tj == tk) & (ti != tk))
     k = idx[:, 0]
@@ -602,7 +513,7 @@ def predict_config_score(config: GPTConfig, token_seqs: Sequence[Sequence[int]],
             raise ValueError(f"token_seqs[{n}] has length {T}; need >= 3")
         K = residual_gram(tokens, rho)
         if T * (T - 1) * (T - 2) // 6 <= max_triples:
-            idx = _triples(T)
+            idx = all_triples(T)
             p = comparison_probabilities(K, idx, d, common)
             k = idx[:, 0]
             pairs = np.arange(2, T) * np.arange(1, T - 1) / 2  # C(k, 2) in row k
@@ -611,18 +522,3 @@ def predict_config_score(config: GPTConfig, token_seqs: Sequence[Sequence[int]],
             idx = sample_triples(T, max_triples, seed=seed + n)
             scores.append(comparison_probabilities(K, idx, d, common).mean())
     return float(np.mean(scores))
-
-
-def predicted_config_scores(overrides: Sequence[dict[str, object]], seeds: Sequence[int],
-                            inputs_per_task: int, base: GPTConfig | None = None
-                            ) -> pd.DataFrame:
-    """``predict_config_score`` on the very inputs ``analysis.config_scores`` scores: one row
-    per configuration and seed, columns the override keys, ``seed``, ``predicted``."""
-    base = base or GPTConfig()
-    rows = []
-    for fields in overrides:
-        config = replace(base, **fields)
-        for seed in seeds:
-            seqs = [encode(t) for t in study_texts(inputs_per_task, seed)]
-            rows.append(dict(fields, seed=seed, predicted=predict_config_score(config, seqs)))
-    return pd.DataFrame(rows)

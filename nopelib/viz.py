@@ -10,7 +10,7 @@ the plotly JSON; the book picks the HTML. Importing this module changes no globa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -211,9 +211,20 @@ def variance_law(k: np.ndarray, variance: np.ndarray, scale: float, law_repeat: 
                   title, "position k", "variance", xaxis_type="log", yaxis_type="log")
 
 
-def sigma_sweep(grid: np.ndarray, predicted: np.ndarray, sigmas: np.ndarray,
-                measured: dict[str, tuple[np.ndarray, np.ndarray]], marks: Sequence[float],
-                level: float, title: str) -> go.Figure:
+def attention_cosine_checks(measured: np.ndarray, ideal: np.ndarray, repeat: np.ndarray,
+                            title: str) -> go.Figure:
+    """The measured cosine matrix of block 1's attention output beside sqrt(min/max), the
+    repeat-aware closed form and measured minus sqrt(min/max); positions labelled 1..T."""
+    return heatmap_grid([measured, ideal, repeat, measured - ideal],
+                        ["measured", "sqrt(min/max)", "repeat-aware",
+                         "measured - sqrt(min/max)"],
+                        labels=[str(i) for i in range(1, len(measured) + 1)], cols=4,
+                        zmin=-1, zmax=1, title=title)
+
+
+def sigma_sweep_figure(grid: np.ndarray, predicted: np.ndarray, sigmas: np.ndarray,
+                       measured: dict[str, tuple[np.ndarray, np.ndarray]],
+                       marks: Sequence[float], level: float, title: str) -> go.Figure:
     """Layer-1 score against the embedding σ: the prediction as a line, each ``measured``
     series (mean, std over models) as markers, the paper's σ values ``marks`` and the score
     ``level`` as guides."""
@@ -251,6 +262,20 @@ def line_slider(x: np.ndarray, frames: dict[str, dict[str, np.ndarray]], slider_
     return fig
 
 
+def sigma_explorer(compute: Callable[[float, int], tuple[np.ndarray, np.ndarray]],
+                   labels: Sequence[str]) -> Callable[[float, int], None]:
+    """A function for ``ipywidgets.interact_manual``: ``show(log10_sigma, length)`` draws
+    ``compute(sigma, length)``, the measured h1 cosine matrix and the expected one (e.g.
+    ``theory_studies.h1_against_theory`` with its input bound), side by side."""
+    def show(log10_sigma: float = -1.7, length: int = len(labels)) -> None:
+        sigma = 10 ** log10_sigma
+        measured, expected = compute(sigma, length)
+        heatmap_grid([measured, expected],
+                     [f"measured h1 (σ={sigma:.4f})", "expected cosine (theory)"],
+                     labels=list(labels[:length]), cols=2).show()
+    return show
+
+
 PROBE_COLORS = {"cosine": "#1f77b4", "variance": "#d62728", "hidden": "#7f7f7f"}
 
 
@@ -272,25 +297,6 @@ def probe_metrics(table: pd.DataFrame, title: str) -> go.Figure:
     fig.update_yaxes(range=[0, 1.1], row=1, col=1)
     fig.update_yaxes(range=[-0.1, 1.0], row=1, col=2)
     fig.update_layout(title=title, height=400)
-    return fig
-
-
-def probe_scatter(fits: dict[str, object], lo: int, hi: int, title: str) -> go.Figure:
-    """Predicted against true position, one panel per feature set; ``fits`` maps a feature set
-    to its ``probe.ProbeResult``. True positions are jittered by ±0.3 so they do not overlap."""
-    fig = make_subplots(rows=1, cols=len(fits), subplot_titles=list(fits), shared_yaxes=True)
-    jitter = np.random.default_rng(0)
-    for col, (kind, res) in enumerate(fits.items(), start=1):
-        x = res.true + jitter.uniform(-0.3, 0.3, res.true.shape)
-        fig.add_trace(go.Scatter(x=x, y=res.pred, mode="markers",
-                                 marker=dict(size=3, opacity=0.4, color=PROBE_COLORS[kind]),
-                                 name=f"{kind}: R = {res.r:.2f}, NRMSE = {res.nrmse:.2f}"),
-                      row=1, col=col)
-        fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", showlegend=False,
-                                 line=dict(color="black", dash="dot")), row=1, col=col)
-    fig.update_xaxes(title_text="true position")
-    fig.update_yaxes(title_text="predicted position", row=1, col=1)
-    fig.update_layout(title=title, height=420)
     return fig
 
 
@@ -447,6 +453,21 @@ def length_study(lengths: Sequence[int], measured: dict[str, tuple[np.ndarray, n
     return fig
 
 
+def init_explorer(compute: Callable[..., tuple[np.ndarray, float]], labels: Sequence[str],
+                  n_layer: int) -> Callable[[str, float, float, int], None]:
+    """A function for ``ipywidgets.interact_manual``: ``show(reading, mean, log10_std,
+    layer)`` draws ``compute(layer=, init_target=, init_mean=, init_std=)``, a similarity
+    matrix and its adjacency score (e.g. ``analysis.layer_matrix`` with its text bound)."""
+    def show(reading: str = "embedding", mean: float = 0.0, log10_std: float = -1.7,
+             layer: int = min(1, n_layer)) -> None:
+        std = 10.0 ** log10_std
+        matrix, score = compute(layer=layer, init_target=reading, init_mean=mean,
+                                init_std=std)
+        heatmap_grid([matrix], [f"layer {layer}: score {score:.3f}"], labels, cols=1,
+                     title=f"reading {reading!r}, μ={mean:g}, σ={std:.4f}").show()
+    return show
+
+
 def probe_differences(comparisons: dict[str, pd.DataFrame], title: str) -> go.Figure:
     """Cosine minus variance per layer with their intervals: NRMSE (left, below 0 favours
     cosine) and R (right, above 0 favours cosine), one line per model; ``comparisons`` maps a
@@ -493,3 +514,28 @@ def probe_grid(table: pd.DataFrame, title: str) -> go.Figure:
     fig.update_yaxes(title_text="Pearson R", row=1, col=1)
     fig.update_layout(title=title, height=420)
     return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# trained chapter: learning curves of the trained runs and of the committed recipe study
+
+
+def run_curves(runs: dict, baselines: dict[str, float], threshold: float | None = None,
+               title: str = "") -> go.Figure:
+    """``learning_curves`` of trained runs (``runs`` maps (task, seed) to a
+    ``runs.TrainedRun``, whose metrics hold its curve), one line per seed."""
+    curves = {f"{task}, seed {seed}": (run.metrics["curve"]["step"],
+                                       run.metrics["curve"]["accuracy"])
+              for (task, seed), run in runs.items()}
+    return learning_curves(curves, baselines, threshold=threshold, title=title)
+
+
+def recipe_curves(studies: dict[str, dict], baselines: dict[str, float],
+                  threshold: float | None = None, title: str = "") -> go.Figure:
+    """``learning_curves`` of every run of the committed recipe studies
+    (``results.load_all("recipe")``), one line per position encoding and seed."""
+    names = {"none": "NoPE", "learned": "learned position"}
+    curves = {f"{r['task']}, {names[r['pos_encoding']]}, seed {r['seed']}":
+              (r["curve"]["step"], r["curve"]["accuracy"])
+              for recipe in studies.values() for r in recipe["runs"]}
+    return learning_curves(curves, baselines, threshold=threshold, title=title)

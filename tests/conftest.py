@@ -114,8 +114,8 @@ def open_page(browser, book_url: str):
     """Factory: ``open_page("book/intro")`` -> an OpenedPage, closed after the test."""
     opened: list[OpenedPage] = []
 
-    def factory(page_name: str) -> OpenedPage:
-        opened.append(OpenedPage(browser, book_url, page_name))
+    def factory(page_name: str, width: int = 1400) -> OpenedPage:
+        opened.append(OpenedPage(browser, book_url, page_name, width))
         return opened[-1]
 
     yield factory
@@ -126,10 +126,10 @@ def open_page(browser, book_url: str):
 class OpenedPage:
     """A page of the book opened with outside requests blocked and console errors recorded."""
 
-    def __init__(self, browser, book_url: str, page_name: str):
+    def __init__(self, browser, book_url: str, page_name: str, width: int = 1400):
         self.errors: list[str] = []
         self.blocked: list[str] = []
-        self.context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        self.context = browser.new_context(viewport={"width": width, "height": 1000})
         self.context.route("**/*", self._route(book_url))
         self.page = self.context.new_page()
         self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)

@@ -3,16 +3,17 @@ agreement with the plain paths."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
-from nopelib.analysis import (LEARNED_AT, config_scores, is_learned, layer_scores,
-                              length_groups, length_scores, long_sequence, mean_std_table,
-                              random_model, sample_inputs, seed_series, similarity_matrices,
-                              slider_frames, task_scores)
+from nopelib.analysis import (LEARNED_AT, band_region, config_scores, is_learned, layer_matrix,
+                              layer_mean_std, layer_scores, length_groups, length_scores,
+                              lift_over_layer0, long_sequence, mean_std_table,
+                              paired_difference, permutation_gap, random_model,
+                              reading_means, rise_to_last_layer, sample_inputs, seed_series,
+                              similarity_matrices, slider_frames, task_scores)
 from nopelib.metrics import adjacency_score, cosine_similarity_matrix
 from nopelib.model import GPTConfig
 from nopelib.tasks import TASKS, encode_inputs
@@ -97,7 +98,6 @@ def test_config_scores_rejects_bad_input(kwargs: dict, name: str) -> None:
 
 
 def test_mean_std_table_formats_mean_and_std() -> None:
-    import pandas as pd
     frame = pd.DataFrame(dict(cfg=["a"] * 4, seed=[0, 1, 0, 1], layer=[0, 0, 1, 1],
                               score=[0.4, 0.6, 0.9, 0.9]))
     table = mean_std_table(frame, ["cfg"])
@@ -170,21 +170,69 @@ def test_length_scores_many_sequences_and_iid_control() -> None:
     assert length_tokens(40, 0) == encode_inputs([long_sequence(40, 0)])[0][0].tolist()
 
 
-def test_student_t_quantile_and_seed_interval() -> None:
-    from nopelib.analysis import seed_interval, student_t_quantile
-    assert student_t_quantile(0.975, 1) == pytest.approx(12.706, abs=2e-3)
-    assert student_t_quantile(0.975, 2) == pytest.approx(4.303, abs=1e-3)
-    assert student_t_quantile(0.975, 1000) == pytest.approx(1.962, abs=1e-3)
-    mean, h_mean, h_new = seed_interval([1.0, 2.0, 3.0])
-    assert mean == 2.0 and h_mean == pytest.approx(4.303 / math.sqrt(3), abs=1e-3)
-    assert h_new == pytest.approx(4.303 * math.sqrt(4 / 3), abs=1e-3)
-    with pytest.raises(ValueError, match="values"):
-        seed_interval([1.0])
-
-
 def test_a_task_is_learned_only_when_every_seed_passes_on_the_whole_split():
     run = {"accuracy": LEARNED_AT, "n_test": 100}
     assert is_learned([run, {**run, "accuracy": 1.0}], n_test=100)
     assert not is_learned([run, {**run, "accuracy": 0.89}], n_test=100)
     assert not is_learned([run, {**run, "n_test": 50}], n_test=100)  # a prefix
     assert not is_learned([], n_test=100)
+
+
+def _init_study() -> pd.DataFrame:
+    rows = [dict(init_target=r, init_mean=m, init_std=s, seed=seed, layer=layer,
+                 score=0.5 + 0.1 * layer * (s < 0.1) + 0.01 * m + 0.001 * seed)
+            for r in ("embedding", "all") for m in (0.0, 4.0) for s in (0.02, 0.2)
+            for seed in range(2) for layer in range(3)]
+    return pd.DataFrame(rows)
+
+
+def test_layer_mean_std_averages_rows_of_a_seed_first() -> None:
+    frame = task_scores(TINY, [0, 1], 2)
+    mean, std = layer_mean_std(frame)
+    per_seed = frame.groupby(["seed", "layer"]).score.mean().unstack()
+    np.testing.assert_array_equal(mean, per_seed.to_numpy().mean(0))
+    np.testing.assert_array_equal(std, per_seed.to_numpy().std(0, ddof=1))
+
+
+def test_reading_means_and_lift_over_layer0() -> None:
+    init = _init_study()
+    emb = reading_means(init, "embedding")
+    assert emb.index.names == ["init_mean", "init_std", "layer"] and len(emb) == 2 * 2 * 3
+    assert emb[4.0, 0.02, 2] == pytest.approx(0.5 + 0.2 + 0.04 + 0.0005)
+    band = band_region(emb, 0.02)
+    assert len(band) == 2 * 2 and set(band.index.get_level_values("layer")) == {1, 2}
+    lift = lift_over_layer0(emb, 0.02)
+    assert list(lift.columns) == [1, 2] and list(lift.index) == [0.0, 4.0]
+    np.testing.assert_allclose(lift.to_numpy(), [[0.1, 0.2], [0.1, 0.2]])
+    np.testing.assert_allclose(lift_over_layer0(emb, 0.2).to_numpy(), 0.0, atol=1e-12)
+
+
+def test_layer_matrix_is_one_layer_of_similarity_matrices() -> None:
+    text = "rev(1234)="
+    matrix, score = layer_matrix(text, 1, TINY, init_std=0.2, init_mean=1.0)
+    mats = similarity_matrices(random_model(TINY, seed=0, init_std=0.2, init_mean=1.0), text)
+    np.testing.assert_array_equal(matrix, mats[1])
+    assert score == float(adjacency_score(mats[1]))
+
+
+def test_permutation_gap_separates_bidirectional_from_causal() -> None:
+    text = "rev(1234)="
+    assert permutation_gap(random_model(TINY, seed=0, causal=False), text) < 1e-5
+    assert permutation_gap(random_model(TINY, seed=0), text) > 1e-3
+
+
+def test_paired_difference_is_per_seed() -> None:
+    init = _init_study()
+    rise = paired_difference(init, "init_mean", 4.0, 0.0, init_target="embedding",
+                             init_std=0.02, layer=1)
+    assert list(rise.index) == [0, 1]
+    np.testing.assert_allclose(rise.to_numpy(), [0.04, 0.04])
+
+
+def test_rise_to_last_layer() -> None:
+    grid = pd.DataFrame([dict(n_layer=L, n_embd=W, seed=s, layer=layer, score=0.8 + 0.01 * layer)
+                         for L in (1, 2) for W in (6, 12) for s in range(2)
+                         for layer in range(L + 1)])
+    rise = rise_to_last_layer(grid, [1, 2], [6, 12])
+    assert rise.name == "last layer minus layer 1" and list(rise.index)[0] == (1, 6)
+    np.testing.assert_allclose(rise.to_numpy(), [0.0, 0.0, 0.01, 0.01], atol=1e-12)

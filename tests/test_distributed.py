@@ -30,8 +30,9 @@ TINY = replace(
     steps=6, batch_size=8, warmup_steps=2, n_train=64, n_test=16, n_eval=16,
     eval_batch_size=16, log_every=3, seeds=(0,), task_budgets=(), curve_every=0, n_curve=16,
 )
-# long enough (a few seconds) that a worker can be killed while it trains
-SLOW = replace(TINY, name="tiny-slow", steps=1500, log_every=100)
+# long enough (about ten seconds, more on a loaded machine) that a worker is still training
+# when the killer, which scans /proc, finds it
+SLOW = replace(TINY, name="tiny-slow", steps=6000, log_every=100)
 
 
 @pytest.fixture(scope="module", autouse=True)

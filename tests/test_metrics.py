@@ -113,3 +113,22 @@ def test_variance_nrmse_pearson() -> None:
         nrmse(true[:3], true)
     with pytest.raises(ValueError, match="constant"):
         nrmse(true, np.ones(10))
+
+
+def test_repeated_rows_tie_exactly_whatever_the_kernels():
+    """A repeated token gives identical rows at layer 0; their similarities must be equal bit
+    for bit, or the metric's ties (counted as not in order) would break at random, one way
+    on one CPU's kernels and another way on the next (float64 and float32 alike)."""
+    rng = np.random.default_rng(0)
+    for dtype in (torch.float32, torch.float64):
+        e = torch.from_numpy(rng.standard_normal((6, 40, 16))).to(dtype)
+        e[:, 7], e[:, 21], e[:, 33] = e[:, 3], e[:, 3], e[:, 12]  # repeats
+        C = cosine_similarity_matrix(e)
+        for a, b in ((3, 7), (3, 21), (12, 33)):
+            assert torch.equal(C[:, :, a], C[:, :, b]) and torch.equal(C[:, a], C[:, b])
+        unit = e / e.norm(dim=-1, keepdim=True)
+        torch.testing.assert_close(C, unit @ unit.transpose(-2, -1))
+    # a batch without repeats is the plain product
+    x = torch.randn(3, 10, 8)
+    u = x / x.norm(dim=-1, keepdim=True)
+    assert torch.equal(cosine_similarity_matrix(x), u @ u.transpose(-2, -1))

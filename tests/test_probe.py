@@ -8,6 +8,7 @@ import torch
 from nopelib.analysis import random_model
 from nopelib.metrics import cosine_similarity_matrix, embedding_variance
 from nopelib.probe import (
+    CHAPTER_PARAMS,
     FEATURE_SETS,
     ProbeConfig,
     RidgeConfig,
@@ -15,7 +16,11 @@ from nopelib.probe import (
     paired_differences,
     probe_model,
     sequences_for,
+    random_study,
     task_sequences,
+    trained_study,
+    verdict_layers,
+    with_interval,
     cosine_window_features,
     features,
     fit_probe,
@@ -294,3 +299,70 @@ def test_metric_intervals():
     assert ci.loc[(1, "hidden"), "r"] == pytest.approx(0.99)
     row = ci.loc[(1, "cosine")]
     assert row["r lo"] <= row["r"] <= row["r hi"] and row["n"] == 3
+
+
+# --- the probes chapter's studies and reports -------------------------------------------------
+
+
+def test_chapter_params_name_the_parameters_cell():
+    """The rules and the probes chapter's parameters cell name the same parameters."""
+    import ast
+    import json
+    from pathlib import Path
+
+    book = Path(__file__).resolve().parents[1] / "book"
+    cells = json.loads((book / "probes.ipynb").read_text())["cells"]
+    source = next("".join(c["source"]) for c in cells
+                  if "parameters" in c.get("metadata", {}).get("tags", []))
+    names = [t.id for node in ast.parse(source).body for t in node.targets]
+    assert names == list(CHAPTER_PARAMS)
+
+
+TINY = dict(n_layer=2, n_head=2, n_embd=32)
+
+
+def test_random_study_is_the_model_probed_with_its_control():
+    config = RidgeConfig(n_random=16)
+    table = random_study(3, 12, [2, 3], 300, config, shuffle_layers=(1,), layers=[0, 1],
+                         kinds=("cosine", "hidden"), **TINY)
+    real, control = table[~table.shuffled], table[table.shuffled]
+    assert sorted(set(real.w)) == [2, 3] and set(real.layer) == {0, 1}
+    assert set(real.seed) == {3} and len(real) == 2 * 2 * 2  # windows x layers x kinds
+    assert set(control.layer) == {1} and set(control.w) == {2}  # the first window
+    assert set(control.features) == set(FEATURE_SETS)
+    ids = random_token_sequences(sequences_for(300, 12, 3, config), 12, CHARS, seed=3)
+    alone = probe_model(random_model(seed=3, **TINY), ids, [2, 3], seeds=[3],
+                        kinds=("cosine", "hidden"), layers=[0, 1], config=config)
+    np.testing.assert_allclose(real[["nrmse", "r"]].to_numpy(),
+                               alone[["nrmse", "r"]].to_numpy())
+
+
+def test_trained_study_reads_the_task_sequences():
+    model = random_model(seed=0, **TINY)
+    config = RidgeConfig(n_random=16)
+    table = trained_study("reversal", 0, "cpu", 60, 2, [0, 1], model, config)
+    assert set(table.layer) == set(range(TINY["n_layer"] + 1)) and set(table.seed) == {0, 1}
+    ids, lengths = task_sequences("reversal", 0, "cpu", 60)
+    alone = probe_model(model, ids, [2], seeds=[0, 1], config=config, lengths=lengths)
+    np.testing.assert_allclose(table[["nrmse", "r"]].to_numpy(),
+                               alone[["nrmse", "r"]].to_numpy())
+    control = trained_study("reversal", 0, "cpu", 60, 2, [0], model, config, shuffle=True)
+    assert set(control.layer) == {1} and len(control) == len(FEATURE_SETS)
+
+
+def test_verdict_layers():
+    import pandas as pd
+
+    comp = pd.DataFrame({"verdict": ["cosine", "cannot tell", "cosine"]},
+                        index=pd.Index([1, 2, 3], name="layer"))
+    assert verdict_layers(comp) == ("**cosine** at layers 1, 3; **variance** at layers "
+                                    "none; **cannot tell** at layers 2")
+
+
+def test_with_interval():
+    ci = metric_intervals(_table([-0.1, -0.12, -0.09], [0.1, 0.08, 0.12]))
+    text = with_interval(ci)
+    assert list(text.columns) == ["nrmse", "r"] and text.index.equals(ci.index)
+    row = ci.loc[(1, "cosine")]
+    assert text.loc[(1, "cosine"), "r"] == (
+        f"{row['r']:.3f} [{row['r lo']:.3f}, {row['r hi']:.3f}]")

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from nopelib import theory as th
+from nopelib import theory_studies as ts
 from nopelib.analysis import random_model
 from nopelib.metrics import adjacency_score, cosine_similarity_matrix
 
@@ -134,7 +135,7 @@ def test_sigma_at_level():
 def test_measure_value_scale_matches_value_vectors():
     model = random_model(seed=0)
     idx = torch.tensor([[4, 9, 4, 12, 13, 20, 9, 7, 4, 15]])
-    s = th.measure_value_scale(model, idx)
+    s = ts.measure_value_scale(model, idx)
     blk = model.transformer.h[0]
     with torch.no_grad():
         x = blk.ln_1(model.transformer.wte(idx[0]))  # [T, d]
@@ -216,20 +217,20 @@ def test_layer0_expected_score_is_exact():
 def test_rescaled_embedding_is_random_model_at_that_sigma():
     base = random_model(seed=3, n_layer=2, n_embd=48)
     other = random_model(seed=3, n_layer=2, n_embd=48, init_std=0.07)
-    torch.testing.assert_close(th._unit_embedding(base) * 0.07, other.transformer.wte.weight)
+    torch.testing.assert_close(ts.unit_embedding(base) * 0.07, other.transformer.wte.weight)
 
 
 def test_padded_three_scores_match_per_length_batches():
     model = random_model(seed=1, n_layer=1, n_embd=48)
     texts = ["rev(123)=", "rev(98765)=", "mpwx+", "rev(4)="]
-    three = th._block1_three_scores(model, texts)
-    np.testing.assert_allclose(three[:, 1:], th.block1_scores(model, texts), atol=1e-6)
+    three = ts.block1_three_scores(model, texts)
+    np.testing.assert_allclose(three[:, 1:], ts.block1_scores(model, texts), atol=1e-6)
 
 
 def test_threshold_study_small():
     texts = {"reversal": ["rev(12345678)=", "rev(87654321)="]}
     long_texts = ["rev(12345678)="]
-    out = th.threshold_study([(1, 48), (2, 48)], texts, [1e-3, 1.0], 2, long_texts)
+    out = ts.threshold_study([(1, 48), (2, 48)], texts, [1e-3, 1.0], 2, long_texts)
     df = out["scores"]
     assert len(df) == 2 * 2 * 2 and set(df["task"]) == {"reversal"}
     assert list(out["s_inf"]["n_layer"]) == [1, 2]
@@ -250,7 +251,7 @@ def test_closed_form_value_scale_matches_the_measured_one() -> None:
     for L, d in ((2, 192), (8, 96)):
         cfg = GPTConfig(n_layer=L, n_head=6, n_embd=d, init_std=0.2)
         idx = torch.randint(0, cfg.vocab_size, (4, 16), generator=torch.Generator().manual_seed(0))
-        measured = np.mean([th.measure_value_scale(random_model(cfg, seed=s), idx)
+        measured = np.mean([ts.measure_value_scale(random_model(cfg, seed=s), idx)
                             for s in range(3)])
         assert th.closed_form_value_scale(cfg) == pytest.approx(measured, rel=0.1)
 
@@ -267,7 +268,7 @@ def test_closed_form_ratio_formula() -> None:
 def test_comparison_probabilities_reduce_to_predicted_row_scores() -> None:
     tokens = [3, 1, 4, 1, 5, 9, 2, 6]
     K = th.residual_gram(tokens, 0.7)
-    idx = th._triples(len(tokens))
+    idx = th.all_triples(len(tokens))
     p = th.comparison_probabilities(K, idx, 64)
     rows = np.bincount(idx[:, 0], weights=p, minlength=8)[2:]
     rows /= np.arange(2, 8) * np.arange(1, 7) / 2
@@ -325,3 +326,195 @@ def test_predict_config_score_refuses_what_it_does_not_model() -> None:
         th.predict_config_score(GPTConfig(), [[1, 2]])
     with pytest.raises(ValueError, match="at least one"):
         th.predict_config_score(GPTConfig(), [])
+
+
+# ---------------------------------------------------------------------------------------------
+# the module split: theory is closed forms only; the studies that run models are theory_studies
+
+
+def _import_time_imports(path) -> set[str]:
+    """The nopelib modules a file imports when it is imported (not inside functions, not under
+    ``if TYPE_CHECKING``), and the private names it takes from them."""
+    import ast
+    found: set[str] = set()
+
+    def visit(body) -> None:
+        for node in body:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                continue
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("nopelib"):
+                if node.module == "nopelib":
+                    found.update(f"nopelib.{a.name}" for a in node.names)
+                else:
+                    found.add(node.module)
+                found.update(f"private:{node.module}.{a.name}" for a in node.names
+                             if a.name.startswith("_"))
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names if a.name.startswith("nopelib."))
+            elif isinstance(node, (ast.If, ast.Try, ast.With)):
+                for field in ("body", "orelse", "finalbody", "handlers"):
+                    visit(getattr(node, field, []))
+            elif isinstance(node, ast.ExceptHandler):
+                visit(node.body)
+
+    visit(ast.parse(path.read_text()).body)
+    return found
+
+
+def test_theory_imports_no_model_and_no_study() -> None:
+    from pathlib import Path
+    path = Path(th.__file__)
+    assert _import_time_imports(path) == set()  # numpy and torch only
+    for name in ("random_model", "block1_activations", "sigma_sweep", "threshold_study",
+                 "measure_value_scale", "predicted_config_scores"):
+        assert not hasattr(th, name) and hasattr(ts, name), name
+
+
+def test_no_module_imports_private_names_and_no_import_cycles() -> None:
+    from pathlib import Path
+    package = Path(th.__file__).parent
+    graph = {}
+    for path in sorted(package.glob("*.py")):
+        deps = _import_time_imports(path)
+        private = sorted(d for d in deps if d.startswith("private:"))
+        assert not private, f"{path.name} imports private names: {private}"
+        graph[path.stem] = {d.split(".")[1] for d in deps if d.count(".") == 1} - {path.stem}
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        for dep in graph.get(start, ()):
+            if dep == goal or (dep not in seen and not seen.add(dep)
+                               and reaches(dep, goal, seen)):
+                return True
+        return False
+
+    cycles = [name for name in graph if reaches(name, name, set())]
+    assert not cycles, f"modules on an import cycle: {cycles}"
+
+
+def test_repeat_aware_cosine_and_self_coincidences() -> None:
+    distinct = [list(range(6)), list(range(10, 16))]
+    np.testing.assert_allclose(th.repeat_aware_cosine(distinct), th.uniform_cosine_matrix(6))
+    np.testing.assert_allclose(th.mean_self_coincidences(distinct), np.arange(1, 7))
+    seqs = [[3, 4, 3, 3], [1, 2, 3, 4]]
+    expected = np.mean([th.gram_cosine(th.averaged_gram(t)) for t in seqs], axis=0)
+    np.testing.assert_array_equal(th.repeat_aware_cosine(seqs), expected)
+    # [3, 4, 3, 3]: n_kk = 1, 2, 5, 10; distinct: 1, 2, 3, 4
+    np.testing.assert_allclose(th.mean_self_coincidences(seqs), [1, 2, 4, 7])
+
+
+def test_predicted_shrinkage() -> None:
+    assert th.predicted_shrinkage(10, 0.0) == 0.0
+    v = 0.03
+    g = 1 + v * (1 - 1 / np.arange(1, 4))  # T = 3: g_1 = 1, g_2, g_3
+    expected = np.mean([1 - 1 / math.sqrt(g[0] * g[1]), 1 - 1 / math.sqrt(g[1] * g[2])])
+    assert th.predicted_shrinkage(3, v) == pytest.approx(expected, rel=1e-12)
+    assert th.predicted_shrinkage(20, 2 * v) > th.predicted_shrinkage(20, v) > 0
+    with pytest.raises(ValueError, match="logit_var"):
+        th.predicted_shrinkage(5, -1.0)
+
+
+def test_attention_entropy_of_uniform_causal_weights_is_log_k() -> None:
+    T = 6
+    p = torch.tril(torch.ones(T, T)) / torch.arange(1, T + 1)[:, None]  # row k: 1/k each
+    acts = [{"weights": p.expand(2, 3, T, T)} for _ in range(2)]  # 2 models, B=2, H=3
+    np.testing.assert_allclose(ts.attention_entropy(acts), np.log(np.arange(1, T + 1)),
+                               atol=1e-6)
+
+
+def test_h1_against_theory_is_block1_beside_the_closed_form() -> None:
+    idx = torch.tensor([[4, 9, 4, 12, 13, 20, 9, 7, 4]])
+    measured, expected = ts.h1_against_theory(0.02, 5, idx, idx[0].tolist(), s_inf=0.9)
+    assert measured.shape == expected.shape == (5, 5)
+    h1 = ts.block1_activations(random_model(seed=0, init_std=0.02), idx[:, :5])["hidden"][0]
+    np.testing.assert_allclose(measured, cosine_similarity_matrix(h1).numpy())
+    rho = float(th.embedding_ratio(0.02, 0.9, 384))
+    np.testing.assert_allclose(expected, th.gram_cosine(th.residual_gram([4, 9, 4, 12, 13], rho)))
+
+
+def _fake_threshold_study(sigmas: np.ndarray) -> dict:
+    """A threshold_study result for one architecture and task, scores falling in sigma."""
+    import pandas as pd
+    rows = [(6, 384, "reversal", seed, float(s), 0.5, 0.95 - 0.4 * n / len(sigmas) - 0.01 * seed,
+             0.9 - 0.4 * n / len(sigmas))
+            for seed in range(3) for n, s in enumerate(sigmas)]
+    scores = pd.DataFrame(rows, columns=["n_layer", "n_embd", "task", "seed", "sigma", "e",
+                                         "ea", "h1"])
+    return {"scores": scores, "s_inf": pd.DataFrame([(6, 384, 0.9)],
+                                                    columns=["n_layer", "n_embd", "s_inf"])}
+
+
+def test_threshold_crossings_read_each_seed_and_the_prediction() -> None:
+    from nopelib.tasks import encode
+    sigmas = np.geomspace(0.005, 0.15, 6)
+    study = _fake_threshold_study(sigmas)
+    texts = {"reversal": ["rev(1234)=", "rev(98765)="]}
+    table = ts.threshold_crossings(study, texts, sigmas, 0.75)
+    assert list(table.columns) == ["arch", "task", "pred", "log_ea", "log_h1"]
+    row = table.iloc[0]
+    assert row["arch"] == "6x384" and row["log_ea"].shape == (3,)
+    curve = [th.predict_layer1_score([encode(t) for t in texts["reversal"]], s, 0.9, 384)
+             for s in sigmas]
+    assert row["pred"] == th.sigma_at_level(sigmas, curve, 0.75)
+    seed1 = study["scores"][study["scores"].seed == 1]
+    assert row["log_ea"][1] == np.log(th.sigma_at_level(sigmas, seed1["ea"], 0.75))
+
+
+def test_excess_table_intervals_and_expectations() -> None:
+    from nopelib.stats import normal_interval
+    study = _fake_threshold_study(np.array([0.1, 1.0]))["scores"]
+    seqs = [[1, 2, 3, 1, 4], [5, 6, 7, 8, 9]]
+    table = ts.excess_table(study, seqs, s_inf=0.9, d=384)
+    assert list(table.sigma) == [0.1, 1.0] and table.shape[1] == 3 + 3 * 4
+    top = table.iloc[-1]
+    g = study[study.sigma == 1.0]["h1"]
+    assert (top["h1 mean"], top["h1 lo"], top["h1 hi"], top["h1 sd"]) == normal_interval(g)
+    assert top["predicted"] == th.predict_layer1_score(seqs, 1.0, 0.9, 384)
+    assert top["layer-0 exact"] == np.mean([th.layer0_expected_score(t) for t in seqs])
+
+
+def test_prediction_table_and_listing() -> None:
+    import pandas as pd
+    from nopelib.stats import seed_interval
+    scores = pd.DataFrame([dict(n_layer=L, n_embd=W, seed=s, layer=layer,
+                                score=0.6 + 0.1 * layer + 0.01 * s + 0.001 * W / 192)
+                           for L in (1, 2) for W in (192, 384) for s in range(3)
+                           for layer in range(L + 1)])
+    predicted = pd.DataFrame([dict(n_layer=L, n_embd=W, seed=s, predicted=0.7)
+                              for L in (1, 2) for W in (192, 384) for s in range(3)])
+    table = ts.prediction_table(scores, predicted, 0.95)
+    assert list(table.config) == ["1 × 192", "1 × 384", "2 × 192", "2 × 384"]
+    row = table.iloc[3]
+    l1 = scores[(scores.n_layer == 2) & (scores.n_embd == 384) & (scores.layer == 1)].score
+    mean, tol_mean, tol_one = seed_interval(l1.to_numpy() - 0.7, 0.95)
+    assert row.residual == pytest.approx(mean) and row.tolerance == pytest.approx(tol_one)
+    assert row.tol_mean == pytest.approx(tol_mean) and row.min_deep == pytest.approx(l1.mean())
+    from nopelib.model import GPTConfig
+    assert row.rho == th.closed_form_ratio(GPTConfig(n_layer=2, n_embd=384))
+    assert ts.config_listing(table.iloc[:1]) == (
+        f"1 × 192 (measured {table.measured[0]:.3f}, predicted 0.700)")
+    assert ts.config_listing(table.iloc[:0]) == "none"
+
+
+def test_length_study_against_the_closed_form() -> None:
+    from nopelib.analysis import length_scores, length_tokens
+    from nopelib.model import GPTConfig
+    base = GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=24)
+    sources = {"task alphabet": None, "i.i.d. control": 500}
+    runs = {name: length_scores([8, 24], [0, 1], base, n_seqs=2, vocab_size=v)[0]
+            for name, v in sources.items()}
+    predicted = ts.length_predictions(sources, [8, 24], [0, 1], 2, base)
+    assert len(predicted) == 2 * 2 * 2 * 2
+    tokens = length_tokens(24, 1 * 2 + 1, 500)  # seed 1, sequence 1
+    got = predicted[(predicted.source == "i.i.d. control") & (predicted.seed == 1)
+                    & (predicted.seq == 1) & (predicted.length == 8)].predicted.item()
+    assert got == th.predict_config_score(base, [tokens[:8]], max_triples=20_000)
+    measured, lines = ts.length_series(runs, predicted, (0, 1))
+    assert list(measured) == [f"{n}, layer {layer}" for n in sources for layer in (0, 1)]
+    assert list(lines) == [f"{n}, layer 1 predicted" for n in sources]
+    both, summary = ts.length_residuals(runs, predicted)
+    assert len(both) == len(predicted) and summary.shape == (4, 4)
+    np.testing.assert_allclose(both.residual, both.score - both.predicted)
+    falls = ts.length_falls(both, 8, 24, 0.95)
+    assert list(falls.index) == list(sources)
+    assert list(falls.columns) == ["fall", "half", "predicted", "predicted_min"]
+    assert falls.predicted_min.le(falls.predicted).all()

@@ -71,3 +71,50 @@ def test_random_init_figures_hold_their_series():
                        {"a predicted": np.array([0.72, 0.65])}, "t")
     assert [t.name for t in fig.data] == ["a", "a predicted"]
     assert fig.data[1].line.dash == "dash" and fig.layout.xaxis.type == "log"
+
+
+def test_sigma_sweep_figure_and_attention_cosine_checks():
+    from nopelib import viz
+    assert not hasattr(viz, "sigma_sweep")  # the figure's name is not the study's
+    grid = np.geomspace(1e-3, 1, 5)
+    fig = viz.sigma_sweep_figure(grid, np.linspace(1, 0.5, 5), grid[:2],
+                                 {"h1": (np.array([0.9, 0.8]), np.array([0.01, 0.02]))},
+                                 [0.02], 0.75, "t")
+    assert [t.name for t in fig.data] == ["prediction (Gaussian, e + a)", "h1"]
+    C = np.eye(3)
+    fig = viz.attention_cosine_checks(C, C * 0.5, C * 0.25, "t")
+    assert len(fig.data) == 4 and list(fig.data[0].x) == ["1", "2", "3"]
+    np.testing.assert_array_equal(fig.data[3].z, C * 0.5)
+
+
+def test_explorers_draw_what_their_compute_returns(monkeypatch):
+    import inspect
+
+    import plotly.graph_objects as go
+
+    from nopelib import viz
+    shown = []
+    monkeypatch.setattr(go.Figure, "show", lambda self, *a, **k: shown.append(self))
+    calls = []
+
+    def pair(sigma, length):
+        calls.append((sigma, length))
+        return np.eye(length), np.eye(length) * 0.5
+
+    show = viz.sigma_explorer(pair, list("rev(12)="))
+    assert list(inspect.signature(show).parameters) == ["log10_sigma", "length"]
+    show(-1.0, 4)
+    assert calls == [(0.1, 4)] and list(shown[-1].data[0].x) == list("rev(")
+    assert shown[-1].layout.annotations[0].text == "measured h1 (σ=0.1000)"
+
+    def one(**kwargs):
+        calls.append(kwargs)
+        return np.eye(3), 0.75
+
+    show = viz.init_explorer(one, list("abc"), n_layer=6)
+    assert list(inspect.signature(show).parameters) == ["reading", "mean", "log10_std",
+                                                        "layer"]
+    show("all", 4.0, -2.0, 3)
+    assert calls[-1] == dict(layer=3, init_target="all", init_mean=4.0, init_std=0.01)
+    assert shown[-1].layout.annotations[0].text == "layer 3: score 0.750"
+    assert shown[-1].layout.title.text == "reading 'all', μ=4, σ=0.0100"

@@ -1,4 +1,5 @@
-"""Sphinx extension of the book: plotly figures render from the book itself, never a CDN.
+"""Sphinx extension of the book: plotly figures render from the book itself, never a CDN,
+and chapter code fits the page.
 
 Figures drawn by ``nopelib.viz`` carry two outputs: plotly JSON for live front ends and an
 HTML div that calls the page's ``Plotly`` global. This extension copies the installed plotly
@@ -6,6 +7,10 @@ package's ``plotly.min.js`` into ``_static`` and adds it to every page's head, s
 book works with no network. That MyST-NB draws the HTML twin and never the JSON is set in
 ``_config.yml`` (``nb_mime_priority_overrides``). Jupyter Book finds this file through
 ``sphinx: local_extensions`` in ``_config.yml``: it is build glue, not part of ``nopelib``.
+
+Chapter code is written to 88 characters a line; at the theme's 14 px a 1280 px window's
+column holds about 80 (measured: a 684 px code block), so code cells are set at 12 px, which
+holds 88 with room for the block's padding (``tests/test_book.py`` checks that none scrolls).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import plotly
 from sphinx.application import Sphinx
 
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+BOOK_CSS = "div.cell_input pre { font-size: 12px; }\n"
 
 
 def _copy_plotly(app: Sphinx, exc: Exception | None) -> None:
@@ -24,6 +30,7 @@ def _copy_plotly(app: Sphinx, exc: Exception | None) -> None:
         static = Path(app.outdir) / "_static"
         static.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(PLOTLY_JS, static / "plotly.min.js")
+        (static / "nopelib.css").write_text(BOOK_CSS)
 
 
 def _dedupe_scripts(
@@ -44,6 +51,7 @@ def _dedupe_scripts(
 
 def setup(app: Sphinx) -> dict:
     app.add_js_file("plotly.min.js", priority=100)
+    app.add_css_file("nopelib.css")
     app.connect("build-finished", _copy_plotly)
     app.connect("html-page-context", _dedupe_scripts)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
