@@ -6,9 +6,9 @@ block scrolls sideways (chapter code is written to 88 characters) and no text sh
 ``$...$`` (math that was never typeset, e.g. in a computed sentence).
 """
 
-import re
-
 from __future__ import annotations
+
+import re
 
 from pathlib import Path
 
