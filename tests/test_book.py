@@ -43,7 +43,9 @@ RAW_MATH = re.compile(r"\$[^$\s][^$\n]{0,80}\$")
 @pytest.mark.parametrize("page_name", _toc_pages())
 def test_code_fits_the_column_and_no_math_is_raw(open_page, page_name: str) -> None:
     opened = open_page(page_name, width=1280)
-    opened.page.wait_for_timeout(300)
+    if opened.page.locator("span.math, div.math").count():  # typeset before it is read
+        opened.page.wait_for_selector("mjx-container", state="attached", timeout=30_000)
+    opened.page.wait_for_timeout(1000)
     scrolling = opened.page.evaluate(
         """() => [...document.querySelectorAll('div.cell_input pre')]
                .filter(p => p.scrollWidth > p.clientWidth + 1)

@@ -9,8 +9,8 @@ book works with no network. That MyST-NB draws the HTML twin and never the JSON 
 ``sphinx: local_extensions`` in ``_config.yml``: it is build glue, not part of ``nopelib``.
 
 Chapter code is written to 88 characters a line; at the theme's 14 px a 1280 px window's
-column holds about 80 (measured: a 684 px code block), so code cells are set at 12 px, which
-holds 88 with room for the block's padding (``tests/test_book.py`` checks that none scrolls).
+column holds about 80 (measured: a 684 px code block, 666 px in a collapsed cell), so code
+cells are set at 11.5 px, which holds 88 with room for the block's padding (``tests/test_book.py`` checks that none scrolls).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import plotly
 from sphinx.application import Sphinx
 
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-BOOK_CSS = "div.cell_input pre { font-size: 12px; }\n"
+BOOK_CSS = "div.cell_input pre { font-size: 11.5px; }\n"
 
 
 def _copy_plotly(app: Sphinx, exc: Exception | None) -> None:
