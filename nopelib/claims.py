@@ -26,33 +26,17 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
-
 from nopelib.analysis import LEARNED_AT
+from nopelib.stats import MIN_UNITS, t_interval
 
 ALPHA = 0.05  # family-wise error of each claim
 CHANCE = 0.5  # adjacency score of random order
 KEEPS_AT = 0.8  # the bottom of the paper's layer-1 range (0.8-1.0)
-MIN_UNITS = 2  # a t interval needs two units; with fewer every test cannot tell
 # a run is past its plateau with margin when its learning curve is at LEARNED_AT or above
 # from some step on to the end, and that step leaves at least this share of the budget
 PLATEAU_TAIL = 0.25
 
 VERDICTS = ("holds", "fails", "cannot tell")
-
-
-def t_interval(values: Sequence[float], level: float) -> tuple[float, float, float]:
-    """Mean of ``values`` (one per unit) and its two-sided Student t interval at ``level``;
-    the interval is (nan, nan) with fewer than MIN_UNITS values."""
-    v = np.asarray(values, dtype=np.float64)
-    if v.ndim != 1 or not np.isfinite(v).all():
-        raise ValueError(f"values must be finite numbers in one dimension; got {v!r}")
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level={level!r} must be in (0, 1)")
-    if len(v) < MIN_UNITS:
-        return (float(v.mean()) if len(v) else float("nan")), float("nan"), float("nan")
-    half = stats.t.ppf(0.5 + level / 2, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))
-    return float(v.mean()), float(v.mean() - half), float(v.mean() + half)
 
 
 def test_verdict(lo: float, hi: float, bound: float, above: bool) -> str:

@@ -44,7 +44,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from nopelib.analysis import random_model
-from nopelib.claims import t_interval
+from nopelib.stats import t_interval
 from nopelib.metrics import embedding_variance, nrmse, pearson_r
 from nopelib.model import GPT, GPTConfig
 from nopelib.params import SEED, Choice, Int, ListOf
@@ -482,7 +482,7 @@ def metric_intervals(table: pd.DataFrame, unit: str = "seed",
                      level: float = 0.95) -> pd.DataFrame:
     """Mean NRMSE and R per (layer, feature set) over models (``unit``; rows of one model,
     e.g. its probe seeds, are averaged first), each with its Student t interval at ``level``
-    (``claims.t_interval``): columns nrmse, nrmse lo, nrmse hi, r, r lo, r hi, n."""
+    (``stats.t_interval``): columns nrmse, nrmse lo, nrmse hi, r, r lo, r hi, n."""
     per_unit = table.groupby(["layer", "features", unit], as_index=False)[["nrmse", "r"]].mean()
     rows = []
     for (layer, kind), group in per_unit.groupby(["layer", "features"]):

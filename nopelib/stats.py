@@ -17,8 +17,10 @@ from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
+from scipy import stats as scipy_stats
 
 ArrayOrSeries = np.ndarray | pd.Series
+MIN_UNITS = 2  # a t interval needs two units; with fewer, no interval
 
 
 def summarize(scores: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -29,27 +31,26 @@ def summarize(scores: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray
 
 
 def student_t_quantile(q: float, df: int) -> float:
-    """The q quantile (0.5 < q < 1) of Student's t with df degrees of freedom, by bisection on
-    its CDF, 1/2 + the integral of the density from 0 (Simpson's rule on 4001 points)."""
+    """The q quantile (0.5 < q < 1) of Student's t with df degrees of freedom (scipy's)."""
     if not 0.5 < q < 1:
         raise ValueError(f"q={q!r} must lie in (0.5, 1)")
     if not (isinstance(df, (int, np.integer)) and df >= 1):
         raise ValueError(f"df={df!r} must be a positive integer")
-    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    return float(scipy_stats.t.ppf(q, df))
 
-    def cdf(t: float) -> float:
-        x = np.linspace(0.0, t, 4001)
-        f = np.exp(log_c - (df + 1) / 2 * np.log1p(x**2 / df))
-        h = t / 4000
-        return 0.5 + h / 3 * (f[0] + f[-1] + 4 * f[1:-1:2].sum() + 2 * f[2:-1:2].sum())
 
-    lo, hi = 0.0, 1.0
-    while cdf(hi) < q:
-        hi *= 2
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if cdf(mid) < q else (lo, mid)
-    return (lo + hi) / 2
+def t_interval(values: Sequence[float], level: float) -> tuple[float, float, float]:
+    """Mean of ``values`` (one per unit) and its two-sided Student t interval at ``level``;
+    the interval is (nan, nan) with fewer than MIN_UNITS values."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim != 1 or not np.isfinite(v).all():
+        raise ValueError(f"values must be finite numbers in one dimension; got {v!r}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level={level!r} must be in (0, 1)")
+    if len(v) < MIN_UNITS:
+        return (float(v.mean()) if len(v) else float("nan")), float("nan"), float("nan")
+    half = student_t_quantile(0.5 + level / 2, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))
+    return float(v.mean()), float(v.mean() - half), float(v.mean() + half)
 
 
 def seed_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:

@@ -5,21 +5,21 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nopelib import claims
+from nopelib import claims, stats
 
 
 def test_t_interval_matches_the_textbook():
     # n = 3, mean 2, sd 1: half-width t_{0.975, 2} / sqrt(3) = 4.3027 / 1.7321
-    mean, lo, hi = claims.t_interval([1.0, 2.0, 3.0], 0.95)
+    mean, lo, hi = stats.t_interval([1.0, 2.0, 3.0], 0.95)
     assert mean == 2.0 and hi - mean == pytest.approx(2.4841, abs=1e-4)
     assert mean - lo == pytest.approx(hi - mean)
     # wider at a higher level and with fewer units
-    assert claims.t_interval([1.0, 2.0, 3.0], 0.99)[2] > hi
-    assert np.isnan(claims.t_interval([1.0], 0.95)[1])
+    assert stats.t_interval([1.0, 2.0, 3.0], 0.99)[2] > hi
+    assert np.isnan(stats.t_interval([1.0], 0.95)[1])
     with pytest.raises(ValueError, match="level="):
-        claims.t_interval([1.0, 2.0], 1.5)
+        stats.t_interval([1.0, 2.0], 1.5)
     with pytest.raises(ValueError, match="finite"):
-        claims.t_interval([1.0, float("nan")], 0.95)
+        stats.t_interval([1.0, float("nan")], 0.95)
 
 
 def test_test_verdicts():
