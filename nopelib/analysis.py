@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -19,10 +18,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from nopelib.metrics import adjacency_score, cosine_similarity_matrix
+from nopelib.metrics import (adjacency_score, adjacency_score_with_diagonal,
+                             cosine_similarity_matrix, layer_scores, length_groups)
 from nopelib.model import GPT, GPTConfig
 from nopelib.stats import summarize
-from nopelib.tasks import TASKS, encode_inputs, get_task
+from nopelib.tasks import TASKS, encode_inputs, get_task, sample_inputs
 from nopelib.params import Choice, Float, Int, ListOf
 
 # ---------------------------------------------------------------------------------------------
@@ -35,13 +35,6 @@ def random_model(config: GPTConfig | None = None, seed: int = 0,
     config = replace(config or GPTConfig(), **overrides)
     torch.manual_seed(seed)
     return GPT(config).to(device).eval()
-
-
-def sample_inputs(task: str, n: int, seed: int = 0) -> list[str]:
-    """``n`` task inputs (without answers), reproducible for the seed."""
-    rng = random.Random(f"inputs-{task}-{seed}")
-    t = get_task(task)
-    return [t.sample(rng)[0] for _ in range(n)]
 
 
 def longest_input(task: str, seed: int = 0, tries: int = 2000) -> str:
@@ -72,67 +65,8 @@ def long_sequence(length: int, seed: int = 0) -> str:
     return "".join(parts)[:length]
 
 
-def length_groups(texts: Sequence[str]) -> dict[int, list[int]]:
-    """{length T: indices of the texts of that length}, by increasing T; rejects T < 3, where no
-    row has two earlier positions to compare."""
-    groups: dict[int, list[int]] = defaultdict(list)
-    for i, text in enumerate(texts):
-        groups[len(text)].append(i)
-    if groups and min(groups) < 3:
-        raise ValueError(f"texts of length {min(groups)} have no row with two earlier positions; "
-                         "need >= 3")
-    return dict(sorted(groups.items()))
-
-
 # ---------------------------------------------------------------------------------------------
 # one model
-
-
-def adjacency_score_with_diagonal(C: np.ndarray | torch.Tensor) -> np.ndarray:
-    """The score's other reading: rows 1-based, row k compares the C(k, 2) pairs among
-    positions 1..k, the diagonal C_kk = 1 included: [..., T, T] -> [...].
-
-    Padding C with a leading row and a trailing column shifts row k - 1 (0-based) with its
-    diagonal into row k of a [T + 1, T + 1] matrix, whose usual score is this reading.
-    """
-    arr = C.detach().cpu().numpy() if isinstance(C, torch.Tensor) else np.asarray(C)
-    if arr.ndim < 2 or arr.shape[-1] != arr.shape[-2]:
-        raise ValueError(f"C must have shape [..., T, T]; got {arr.shape}")
-    T = arr.shape[-1]
-    padded = np.zeros(arr.shape[:-2] + (T + 1, T + 1), dtype=arr.dtype)  # [..., T+1, T+1]
-    padded[..., 1:, :T] = arr  # the upper triangle is never read
-    return adjacency_score(padded)
-
-
-@torch.no_grad()
-def layer_scores(model: GPT, texts: list[str], diagonal: bool = False) -> np.ndarray:
-    """Adjacency score of every text at every layer: [len(texts), n_layer + 1].
-
-    ``diagonal=True`` scores the diagonal-included reading (``adjacency_score_with_diagonal``).
-
-    In a causal model the state at position i depends only on positions <= i, so right padding
-    never reaches a text's own positions and one padded batch gives every text's states exactly
-    (up to float rounding). A bidirectional model lets padding in, so its texts run in one batch
-    per length.
-    """
-    device = next(model.parameters()).device
-    groups = length_groups(texts)
-    if model.config.causal:
-        batches = [list(range(len(texts)))]
-    else:
-        batches = list(groups.values())
-    scores = np.empty((len(texts), model.config.n_layer + 1))
-    for batch in batches:
-        idx, _ = encode_inputs([texts[i] for i in batch])  # [B, T_max], right-padded
-        states = model.hidden_states(idx.to(device)).float().cpu()  # [L+1, B, T_max, d]
-        row = {i: b for b, i in enumerate(batch)}
-        for T, members in groups.items():
-            rows = [row[i] for i in members if i in row]
-            if rows:
-                C = cosine_similarity_matrix(states[:, rows, :T])  # [L+1, b, T, T]
-                score = adjacency_score_with_diagonal if diagonal else adjacency_score
-                scores[[batch[r] for r in rows]] = score(C).T
-    return scores
 
 
 @torch.no_grad()

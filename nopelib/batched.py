@@ -75,6 +75,11 @@ def train_seeds(task: str, seeds: list[int], profile: TrainProfile,
     """Train ``seeds`` of (task, profile) as one batched model; per seed, the model (on
     ``device``, eval mode) and the training metrics ``train.train`` records."""
     profile = profile.for_task(task)
+    if profile.stop_at or profile.n_trajectory:
+        raise ValueError(f"profile {profile.name!r}: batched seeds train a fixed budget "
+                         f"without a trajectory (stop_at={profile.stop_at}, n_trajectory="
+                         f"{profile.n_trajectory}; both must be 0): each seed's budget would "
+                         "follow its own progress")
     S = len(seeds)
     splits = [make_split(task, s, n_train=profile.n_train, n_test=profile.n_test) for s in seeds]
     data = [encode_batch(sp.train, block_size=MAX_SEQ_LEN) for sp in splits]  # [N, T] pairs
@@ -121,9 +126,10 @@ def train_seeds(task: str, seeds: list[int], profile: TrainProfile,
         opt.step()
         return step_losses.detach()
 
-    def curve() -> list[float]:
+    def curve() -> list[dict]:
         _unstack(models, params)
-        return [evaluate(model, splits[s].test[:profile.n_curve], profile.eval_batch_size)
+        return [{"accuracy": evaluate(model, splits[s].test[:profile.n_curve],
+                                      profile.eval_batch_size)}
                 for s, model in enumerate(models)]
 
     metrics = fit(profile, seeds, lengths, step, curve, device,

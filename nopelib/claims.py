@@ -102,26 +102,46 @@ def past_plateau(steps: Sequence[int], accuracy: Sequence[float], budget: int) -
                 with_margin=bool(tail >= PLATEAU_TAIL))
 
 
-# The trained-model claims (PAPER.md, results 2 and 4) as readings, each a family of tests
-# on the per-seed adjacency scores [seeds, L+1] of the same inputs before and after training
+def learned_phase(steps: Sequence[int], accuracy: Sequence[float],
+                  scores: Sequence[Sequence[float]], budget: int) -> np.ndarray:
+    """One run's adjacency scores [L+1] averaged over its learned phase: the curve points
+    from the step where its learning curve reached LEARNED_AT for good (``past_plateau``) to
+    the end. Raises for a run that never got there: it has no learned phase to judge."""
+    start = past_plateau(steps, accuracy, budget)["learned_from"]
+    if start is None:
+        raise ValueError("learned_phase: the run's learning curve never stays at "
+                         f"{LEARNED_AT} or above; it has no learned phase")
+    rows = np.asarray(scores, dtype=np.float64)  # [points, L+1]
+    if rows.ndim != 2 or len(rows) != len(steps):
+        raise ValueError(f"learned_phase: scores {rows.shape} must be one row per curve step "
+                         f"({len(steps)})")
+    return rows[np.asarray(steps) >= start].mean(0)
+
+
+# The trained-model claims (PAPER.md, results 2 and 4) as readings, each a family of tests on
+# per-seed adjacency scores [seeds, L+1] of the same fixed inputs: at initialisation
+# (``before``), after training (``after``), and averaged over the learned phase of the run's
+# trajectory (``phase``, by ``learned_phase``): "keeps" and "weakens" describe training, so
+# they are read along the trajectory, not at its last step.
 TRAINED_CLAIMS = (
     ("2: the pattern holds after training", "every layer above chance (0.5)"),
     ("2: the pattern holds after training", "every layer above the format's layer 0"),
-    ("4: the first layers keep it", "layer 1 at least 0.8"),
-    ("4: later layers weaken it", "last layer below layer 1"),
-    ("4: later layers weaken it", "last layer below its initialisation"),
+    ("4: the first layers keep it", "layer 1 at least 0.8 through the learned phase"),
+    ("4: later layers weaken it", "last layer below layer 1 through the learned phase"),
+    ("4: later layers weaken it", "last layer below its initialisation through the learned phase"),
 )
 
 
-def _trained_tests(task: str, before: np.ndarray, after: np.ndarray) -> list[dict]:
+def _trained_tests(task: str, before: np.ndarray, after: np.ndarray,
+                   phase: np.ndarray) -> list[dict]:
     last = after.shape[1] - 1
     layers = range(1, last + 1)
     # (claim, reading, layer, statistic per seed [seeds], bound); every claim says "above"
     tests = [(*TRAINED_CLAIMS[0], i, after[:, i], CHANCE) for i in layers]
     tests += [(*TRAINED_CLAIMS[1], i, after[:, i] - after[:, 0], 0.0) for i in layers]
-    tests += [(*TRAINED_CLAIMS[2], 1, after[:, 1], KEEPS_AT),
-              (*TRAINED_CLAIMS[3], last, after[:, 1] - after[:, last], 0.0),
-              (*TRAINED_CLAIMS[4], last, before[:, last] - after[:, last], 0.0)]
+    tests += [(*TRAINED_CLAIMS[2], 1, phase[:, 1], KEEPS_AT),
+              (*TRAINED_CLAIMS[3], last, phase[:, 1] - phase[:, last], 0.0),
+              (*TRAINED_CLAIMS[4], last, before[:, last] - phase[:, last], 0.0)]
     return [dict(claim=claim, reading=reading, task=task, layer=layer, bound=bound,
                  above=True, unit=unit, value=value)
             for claim, reading, layer, values, bound in tests
@@ -129,23 +149,26 @@ def _trained_tests(task: str, before: np.ndarray, after: np.ndarray) -> list[dic
 
 
 def trained_claims(before: Mapping[str, np.ndarray], after: Mapping[str, np.ndarray],
-                   tasks: Sequence[str], alpha: float = ALPHA) -> pd.DataFrame:
+                   phase: Mapping[str, np.ndarray], tasks: Sequence[str],
+                   alpha: float = ALPHA) -> pd.DataFrame:
     """Every test of the trained-model claims on ``tasks`` (the learned tasks of the claim
-    set): per-seed adjacency scores [seeds, L+1] before and after training, one family per
-    reading over tasks and layers. One row per test: claim, reading, task, layer, the
-    statistic's mean, its simultaneous interval (lo, hi), n seeds, level and verdict.
-    Raises when ``tasks`` is empty: a claim judged on nothing has not been tested."""
+    set): per-seed adjacency scores [seeds, L+1] at initialisation, after training and over
+    the learned phase, one family per reading over tasks and layers. One row per test: claim,
+    reading, task, layer, the statistic's mean, its simultaneous interval (lo, hi), n seeds,
+    level and verdict. Raises when ``tasks`` is empty: a claim judged on nothing has not been
+    tested."""
     tasks = list(tasks)
     if not tasks:
         raise ValueError("no learned task in the claim set: the trained-model claims have "
                          "nothing to be judged on (see which runs did not learn)")
     rows = []
     for task in tasks:
-        b, a = np.asarray(before[task], float), np.asarray(after[task], float)
-        if a.ndim != 2 or a.shape != b.shape or a.shape[1] < 2:
-            raise ValueError(f"{task}: scores before {b.shape} and after {a.shape} must be "
-                             "[seeds, layers + 1] of one shape")
-        rows += _trained_tests(task, b, a)
+        b, a, p = (np.asarray(x[task], float) for x in (before, after, phase))
+        if a.ndim != 2 or not a.shape == b.shape == p.shape or a.shape[1] < 2:
+            raise ValueError(f"{task}: scores before {b.shape}, after {a.shape} and over the "
+                             f"learned phase {p.shape} must be [seeds, layers + 1] of one "
+                             "shape")
+        rows += _trained_tests(task, b, a, p)
     tests = pd.DataFrame(rows)
     return pd.concat([judge(group, alpha) for _, group in tests.groupby("reading", sort=False)],
                      ignore_index=True)

@@ -6,13 +6,22 @@ not in order), i.e. "the nearer of two earlier positions is the more similar". I
 of strictly ascending pairs of the sequence C[k, 0], ..., C[k, k-1] divided by the number of
 pairs: an inversion count, computed here by a merge sort in O(k log k) per row, so a whole
 T x T matrix costs O(T^2 log T) time and O(T) extra memory per thread.
+
+``layer_scores`` applies the score to every layer of a model on task inputs: the one reading
+the chapters, the studies and a training run's trajectory share.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Sequence
+
 import numba
 import numpy as np
 import torch
+
+from nopelib.model import GPT
+from nopelib.tasks import encode_inputs
 
 ArrayLike = np.ndarray | torch.Tensor
 
@@ -224,3 +233,66 @@ def pearson_r(pred: ArrayLike, true: ArrayLike) -> float:
     if p.std() == 0 or t.std() == 0:
         return 0.0
     return float(np.corrcoef(p, t)[0, 1])
+
+
+# ---------------------------------------------------------------------------------------------
+# a model's layers on task inputs
+
+
+def length_groups(texts: Sequence[str]) -> dict[int, list[int]]:
+    """{length T: indices of the texts of that length}, by increasing T; rejects T < 3, where no
+    row has two earlier positions to compare."""
+    groups: dict[int, list[int]] = defaultdict(list)
+    for i, text in enumerate(texts):
+        groups[len(text)].append(i)
+    if groups and min(groups) < 3:
+        raise ValueError(f"texts of length {min(groups)} have no row with two earlier positions; "
+                         "need >= 3")
+    return dict(sorted(groups.items()))
+
+
+def adjacency_score_with_diagonal(C: np.ndarray | torch.Tensor) -> np.ndarray:
+    """The score's other reading: rows 1-based, row k compares the C(k, 2) pairs among
+    positions 1..k, the diagonal C_kk = 1 included: [..., T, T] -> [...].
+
+    Padding C with a leading row and a trailing column shifts row k - 1 (0-based) with its
+    diagonal into row k of a [T + 1, T + 1] matrix, whose usual score is this reading.
+    """
+    arr = C.detach().cpu().numpy() if isinstance(C, torch.Tensor) else np.asarray(C)
+    if arr.ndim < 2 or arr.shape[-1] != arr.shape[-2]:
+        raise ValueError(f"C must have shape [..., T, T]; got {arr.shape}")
+    T = arr.shape[-1]
+    padded = np.zeros(arr.shape[:-2] + (T + 1, T + 1), dtype=arr.dtype)  # [..., T+1, T+1]
+    padded[..., 1:, :T] = arr  # the upper triangle is never read
+    return adjacency_score(padded)
+
+
+@torch.no_grad()
+def layer_scores(model: GPT, texts: list[str], diagonal: bool = False) -> np.ndarray:
+    """Adjacency score of every text at every layer: [len(texts), n_layer + 1].
+
+    ``diagonal=True`` scores the diagonal-included reading (``adjacency_score_with_diagonal``).
+
+    In a causal model the state at position i depends only on positions <= i, so right padding
+    never reaches a text's own positions and one padded batch gives every text's states exactly
+    (up to float rounding). A bidirectional model lets padding in, so its texts run in one batch
+    per length.
+    """
+    device = next(model.parameters()).device
+    groups = length_groups(texts)
+    if model.config.causal:
+        batches = [list(range(len(texts)))]
+    else:
+        batches = list(groups.values())
+    scores = np.empty((len(texts), model.config.n_layer + 1))
+    for batch in batches:
+        idx, _ = encode_inputs([texts[i] for i in batch])  # [B, T_max], right-padded
+        states = model.hidden_states(idx.to(device)).float().cpu()  # [L+1, B, T_max, d]
+        row = {i: b for b, i in enumerate(batch)}
+        for T, members in groups.items():
+            rows = [row[i] for i in members if i in row]
+            if rows:
+                C = cosine_similarity_matrix(states[:, rows, :T])  # [L+1, b, T, T]
+                score = adjacency_score_with_diagonal if diagonal else adjacency_score
+                scores[[batch[r] for r in rows]] = score(C).T
+    return scores

@@ -36,7 +36,7 @@ from nopelib.profiles import TrainProfile
 from nopelib.tasks import TASKS
 
 RESULTS_DIR = cache.PACKAGE_DIR.parent / "book" / "results"
-KINDS = ("recipe", "budget", "grid")
+KINDS = ("recipe", "budget", "grid", "trained")
 MAX_BYTES = 64 * 2**20  # a committed result is kilobytes to a few megabytes
 
 
@@ -81,6 +81,8 @@ EXTRA_PROVENANCE: dict[str, dict[str, tuple[Check, str]]] = {
     "budget": {"profile": (_text, "a profile name"),
                "profile_steps": (_int(1), "an integer >= 1")},
     "grid": {"grid": (_text, "a grid name"), "backend": (_text, "a backend name")},
+    "trained": {"profile": (_text, "a profile name"),
+                "training": (lambda v: isinstance(v, dict), "the profile's fields")},
 }
 RUN: dict[str, tuple[Check, str]] = {
     "task": (lambda v: v in TASKS, f"one of {list(TASKS)}"),
@@ -99,6 +101,11 @@ EXTRA_RUN: dict[str, dict[str, tuple[Check, str]]] = {
     "grid": {"n_layer": (_int(1), "an integer >= 1"), "n_embd": (_int(1), "an integer >= 1"),
              "adjacency_before": (_scores, "a list of >= 2 scores in [0, 1]"),
              "adjacency_after": (_scores, "a list of >= 2 scores in [0, 1]")},
+    "trained": {"steps": (_int(1), "an integer >= 1"),
+                "scores_init": (_scores, "a list of >= 2 scores in [0, 1]"),
+                "scores_after": (_scores, "a list of >= 2 scores in [0, 1]"),
+                "trajectory": (lambda v: isinstance(v, dict),
+                               "an object with step, accuracy and scores")},
 }
 
 
@@ -148,12 +155,31 @@ def validate(doc: Any, kind: str, name: str = "result") -> dict:
             raise ResultsError(f"{where}: before and after must score the same layers")
         if kind == "grid" and len(run["adjacency_before"]) != run["n_layer"] + 1:
             raise ResultsError(f"{where}.adjacency_before must hold n_layer + 1 scores")
-    if kind == "recipe":  # the recorded profile must rebuild
+        if kind == "trained":
+            _check_trajectory(where, run)
+    if kind in ("recipe", "trained"):  # the recorded profile must rebuild
         try:
             TrainProfile.from_record(doc["provenance"]["training"])
         except (TypeError, ValueError) as exc:
             raise ResultsError(f"{name}: provenance.training: {exc}") from None
     return doc
+
+
+def _check_trajectory(where: str, run: dict) -> None:
+    layers = len(run["scores_init"])
+    if len(run["scores_after"]) != layers:
+        raise ResultsError(f"{where}: scores_init and scores_after must score the same layers")
+    t = run["trajectory"]
+    steps, acc, scores = t.get("step"), t.get("accuracy"), t.get("scores")
+    if not (isinstance(steps, list) and steps and all(_int(1)(s) for s in steps)
+            and steps == sorted(set(steps)) and steps[-1] == run["steps"]
+            and isinstance(acc, list) and len(acc) == len(steps)
+            and all(_number(0.0, 1.0)(a) for a in acc)
+            and isinstance(scores, list) and len(scores) == len(steps)
+            and all(_scores(row) and len(row) == layers for row in scores)):
+        raise ResultsError(f"{where}.trajectory: step (increasing, ending at the run's steps), "
+                           "accuracy (in [0, 1]) and scores (one list of every layer's score "
+                           "per step) must be lists of one length")
 
 
 def load(path: str | Path) -> dict:

@@ -132,7 +132,23 @@ def metrics_problem(metrics: object) -> str | None:
                 and all(type(x) is int and x >= 1 for x in curve["step"])
                 and all(_finite_number(a, 0.0, 1.0) for a in curve["accuracy"])):
             return "curve must hold equal lists of positive steps and accuracies in [0, 1]"
+        if "val_accuracy" in curve and not (
+                isinstance(curve["val_accuracy"], list)
+                and len(curve["val_accuracy"]) == len(curve["step"])
+                and all(_finite_number(a, 0.0, 1.0) for a in curve["val_accuracy"])):
+            return "curve.val_accuracy must hold one accuracy in [0, 1] per curve step"
+        if "scores" in curve and not (
+                isinstance(curve["scores"], list) and len(curve["scores"]) == len(curve["step"])
+                and all(_layer_scores(row) for row in curve["scores"])):
+            return "curve.scores must hold one list of layer scores in [0, 1] per curve step"
+    if "scores_init" in metrics and not _layer_scores(metrics["scores_init"]):
+        return "scores_init must be a list of layer scores in [0, 1]"
     return None
+
+
+def _layer_scores(row: object) -> bool:
+    return (isinstance(row, list) and len(row) >= 2
+            and all(_finite_number(x, 0.0, 1.0) for x in row))
 
 
 def _check_entry(run_dir: Path, key: str, profile: TrainProfile) -> tuple[GPT, dict]:

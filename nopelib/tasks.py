@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -186,27 +186,31 @@ MAX_SEQ_LEN = 39
 
 @dataclass(frozen=True)
 class Split:
-    """Disjoint train and test examples of one task: lists of (input, answer)."""
+    """Disjoint train, test and validation examples of one task: lists of (input, answer)."""
 
     task: str
     seed: int
     train: list[tuple[str, str]]
     test: list[tuple[str, str]]
+    val: list[tuple[str, str]] = field(default_factory=list)
 
 
-def make_split(task: str, seed: int = 0, n_train: int = 20_000, n_test: int = 20_000) -> Split:
-    """``n_train`` + ``n_test`` distinct examples of ``task``, identical for the same seed.
+def make_split(task: str, seed: int = 0, n_train: int = 20_000, n_test: int = 20_000,
+               n_val: int = 0) -> Split:
+    """``n_train`` + ``n_test`` (+ ``n_val``) distinct examples of ``task``, identical for
+    the same seed.
 
     Inputs are drawn until enough distinct ones exist; the first ``n_train`` in draw order form
-    the training set and the rest the test set, so no input is in both.
+    the training set, the next ``n_test`` the test set and the rest the validation set, so no
+    input is in two of them, and asking for a validation set leaves train and test as they are.
     """
     t = get_task(task)
-    for name, n in (("n_train", n_train), ("n_test", n_test)):
-        if n < 0:
-            raise ValueError(f"{name}={n} must be >= 0")
+    for name, n in (("n_train", n_train), ("n_test", n_test), ("n_val", n_val)):
+        if type(n) is not int or n < 0:
+            raise ValueError(f"{name}={n!r} must be an integer >= 0")
     rng = random.Random(f"{task}-{seed}")
     seen: dict[str, str] = {}
-    need = n_train + n_test
+    need = n_train + n_test + n_val
     draws = 0
     while len(seen) < need:
         text, answer = t.sample(rng)
@@ -215,7 +219,8 @@ def make_split(task: str, seed: int = 0, n_train: int = 20_000, n_test: int = 20
         if draws > 50 * need + 1000:
             raise RuntimeError(f"{task}: could not draw {need} distinct inputs")
     pairs = list(seen.items())
-    return Split(task, seed, pairs[:n_train], pairs[n_train:])
+    return Split(task, seed, pairs[:n_train], pairs[n_train:n_train + n_test],
+                 pairs[n_train + n_test:])
 
 
 def encode_batch(
@@ -261,6 +266,13 @@ def encode_inputs(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
     for b, i in enumerate(ids):
         idx[b, : len(i)] = torch.tensor(i)
     return idx, lengths
+
+
+def sample_inputs(task: str, n: int, seed: int = 0) -> list[str]:
+    """``n`` task inputs (without answers), reproducible for the seed."""
+    rng = random.Random(f"inputs-{task}-{seed}")
+    t = get_task(task)
+    return [t.sample(rng)[0] for _ in range(n)]
 
 
 def majority_baseline(pairs: list[tuple[str, str]]) -> tuple[str, float]:

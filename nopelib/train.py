@@ -22,12 +22,14 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from nopelib.metrics import layer_scores
 from nopelib.model import GPT
 from nopelib.profiles import TrainProfile
 from nopelib.tasks import (EOS_ID, IGNORE_INDEX, MAX_SEQ_LEN, encode, encode_batch,
-                           encode_inputs, make_split)
+                           encode_inputs, make_split, sample_inputs)
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
+TRAJECTORY_SEED = 12345  # the trajectory inputs: analysis.sample_inputs(task, n, 12345)
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -99,54 +101,67 @@ def train_step(
 # one optimizer step: (rows [S, B] of each model's training split, T positions, learning
 # rate) -> each model's loss [S], detached, on the device
 StepFn = Callable[[np.ndarray, int, float], torch.Tensor]
+# one curve point of every model: [S] dicts with "accuracy" (exact match on the first n_curve
+# test examples) and, where the profile asks for them, "val_accuracy" and "scores"
+CurveFn = Callable[[], list[dict]]
 
 
 def fit(profile: TrainProfile, seeds: Sequence[int], lengths: np.ndarray, step: StepFn,
-        curve: Callable[[], list[float]], device: torch.device, desc: str,
-        progress: bool = True) -> list[dict]:
+        curve: CurveFn, device: torch.device, desc: str, progress: bool = True) -> list[dict]:
     """The training loop of ``len(seeds)`` models trained side by side (one, for a plain run).
 
     ``lengths`` [S, N] holds each model's training rows' lengths (input + answer + end token):
     each batch is cut to its longest row, decided on the host without a device sync. Every
     model draws its rows from its own ``numpy.random.default_rng(seed)``, a fresh permutation
-    each epoch (the ragged tail dropped). ``curve()`` scores every model (exact match on its
-    first ``n_curve`` test examples) every ``curve_every`` steps, outside the timed steps.
-    Returns each model's training metrics."""
+    each epoch (the ragged tail dropped). ``curve()`` scores every model every ``curve_every``
+    steps, outside the timed steps. With ``profile.stop_at`` the budget follows progress: once
+    every model's validation exact match is at ``stop_at`` at a curve point, the run trains
+    ``profile.tail_steps`` more steps with a decaying learning rate and ends (``steps`` caps
+    it). Returns each model's training metrics."""
     S, N = lengths.shape
     B = profile.batch_size
     gens = [np.random.default_rng(seed) for seed in seeds]
     orders, cursor = [g.permutation(N) for g in gens], 0
     loss_sum = torch.zeros(S, device=device)  # summed on the device, read every log_every
     losses: list[list[float]] = []  # [log points][S]
-    curves = [{"step": [], "accuracy": [], "loss": []} for _ in range(S)]
+    curves: list[dict[str, list]] = [defaultdict(list) for _ in range(S)]
     curve_seconds, tokens = 0.0, 0
+    end, decay_from = profile.steps, None  # the run's last step, once its budget is known
     bar = tqdm(total=profile.steps, desc=desc, disable=not progress, mininterval=1.0)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     start = time.perf_counter()
-    for i in range(profile.steps):
+    i = 0
+    while i < end:
         if cursor + B > N:  # a new epoch for every model: reshuffle, drop the ragged tail
             orders, cursor = [g.permutation(N) for g in gens], 0
         rows = np.stack([order[cursor:cursor + B] for order in orders])  # [S, B]
         cursor += B
         T = int(np.take_along_axis(lengths, rows, axis=1).max()) - 1  # positions that predict
         tokens += S * B * T
-        step_losses = step(rows, T, profile.lr_at(i))  # [S]
+        step_losses = step(rows, T, profile.lr_at(i, decay_from, end))  # [S]
         loss_sum += step_losses
-        if (i + 1) % profile.log_every == 0 or i + 1 == profile.steps:
-            n = (i % profile.log_every) + 1
+        i += 1
+        if i % profile.log_every == 0 or i == end:
+            n = ((i - 1) % profile.log_every) + 1
             losses.append([x / n for x in loss_sum.tolist()])  # the one host sync
             loss_sum.zero_()
             bar.set_postfix(loss=f"{np.mean(losses[-1]):.4f}")
             bar.update(n)
-        if profile.curve_every and ((i + 1) % profile.curve_every == 0 or i + 1 == profile.steps):
+        if profile.curve_every and (i % profile.curve_every == 0 or i == end):
             # curve() draws no random numbers: the trajectory is the same without a curve
             tic = time.perf_counter()
-            for s, accuracy in enumerate(curve()):
-                curves[s]["step"].append(i + 1)
-                curves[s]["accuracy"].append(accuracy)
+            points = curve()
+            for s, point in enumerate(points):
+                curves[s]["step"].append(i)
                 curves[s]["loss"].append(float(step_losses[s]))
+                for name, value in point.items():
+                    curves[s][name].append(value)
             curve_seconds += time.perf_counter() - tic
+            if (profile.stop_at and decay_from is None
+                    and all(p["val_accuracy"] >= profile.stop_at for p in points)):
+                decay_from, end = i, min(profile.steps, i + profile.tail_steps(i))
+                bar.total = end
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - start - curve_seconds
@@ -154,12 +169,14 @@ def fit(profile: TrainProfile, seeds: Sequence[int], lengths: np.ndarray, step: 
     out = []
     for s in range(S):
         curve_s = [row[s] for row in losses]
-        metrics = {"train_seconds": seconds, "steps": profile.steps,
-                   "step_ms": 1000 * seconds / profile.steps, "tokens_per_s": tokens / seconds,
+        metrics = {"train_seconds": seconds, "steps": end,
+                   "step_ms": 1000 * seconds / end, "tokens_per_s": tokens / seconds,
                    "final_loss": curve_s[-1], "loss_curve": curve_s, "device": str(device)}
         if profile.curve_every:
-            metrics["curve"] = curves[s]
+            metrics["curve"] = dict(curves[s])
             metrics["curve_seconds"] = curve_seconds
+        if profile.stop_at:
+            metrics["decay_from"] = decay_from  # None: the cap ended the run first
         out.append(metrics)
     return out
 
@@ -168,17 +185,21 @@ def train(
     task: str, seed: int, profile: TrainProfile, device: torch.device, progress: bool = True
 ) -> tuple[GPT, dict]:
     """Train one run from scratch; returns the model (on ``device``, eval mode) and its
-    training metrics."""
+    training metrics (with the profile's ``n_trajectory``: the adjacency score of every layer
+    on fixed task inputs at initialisation, ``scores_init``, and at every curve point)."""
     profile = profile.for_task(task)
-    split = make_split(task, seed, n_train=profile.n_train, n_test=profile.n_test)
+    split = make_split(task, seed, n_train=profile.n_train, n_test=profile.n_test,
+                       n_val=profile.n_val)
     idx_all, tgt_all = encode_batch(split.train, block_size=MAX_SEQ_LEN)  # [N, T], [N, T]
     idx_all, tgt_all = idx_all.to(device), tgt_all.to(device)
     lengths = np.array([[len(x) + len(a) + 1 for x, a in split.train]])  # [1, N]
+    texts = sample_inputs(task, profile.n_trajectory, seed=TRAJECTORY_SEED)
 
     torch.manual_seed(seed)  # same draw as analysis.random_model(config, seed)
     model = GPT(profile.model).to(device).train()
     opt = adamw(model.parameters(), profile)
     autocast = autocast_for(device)
+    scores_init = trajectory_scores(model, texts)
 
     def step(rows: np.ndarray, T: int, lr: float) -> torch.Tensor:
         rows_t = torch.from_numpy(rows[0]).to(device)
@@ -187,12 +208,31 @@ def train(
             group["lr"] = lr
         return train_step(model, opt, idx, targets, profile.grad_clip, autocast)[None]  # [1]
 
-    def curve() -> list[float]:  # evaluate() switches to eval mode and back
-        return [evaluate(model, split.test[:profile.n_curve], profile.eval_batch_size)]
+    def curve() -> list[dict]:  # evaluate() switches to eval mode and back
+        point = {"accuracy": evaluate(model, split.test[:profile.n_curve],
+                                      profile.eval_batch_size)}
+        if split.val:
+            point["val_accuracy"] = evaluate(model, split.val, profile.eval_batch_size)
+        if texts:
+            point["scores"] = trajectory_scores(model, texts)
+        return [point]
 
     (metrics,) = fit(profile, [seed], lengths, step, curve, device, f"{task} seed {seed}",
                      progress)
+    if texts:
+        metrics["scores_init"] = scores_init
     return model.eval(), metrics
+
+
+def trajectory_scores(model: GPT, texts: list[str]) -> list[float]:
+    """The mean adjacency score of every layer over ``texts`` ([L+1]; empty without texts),
+    in eval mode and back."""
+    if not texts:
+        return []
+    was_training = model.training
+    scores = layer_scores(model.eval(), texts).mean(0)  # [L+1]
+    model.train(was_training)
+    return [float(x) for x in scores]
 
 
 @torch.no_grad()

@@ -49,32 +49,58 @@ def _scores(layer1: float, last: float, seeds: int = 3, noise: float = 0.01) -> 
     return base + noise * rng.standard_normal((seeds, 5))  # [seeds, L+1]
 
 
+def _judge(before: np.ndarray, after: np.ndarray, phase: np.ndarray | None = None):
+    phase = after if phase is None else phase
+    return claims.claim_table(claims.trained_claims(
+        {"reversal": before}, {"reversal": after}, {"reversal": phase}, ["reversal"]))
+
+
 def test_trained_claims_readings():
     before = _scores(0.85, 0.9)
-    strong = claims.claim_table(claims.trained_claims(
-        {"reversal": before}, {"reversal": _scores(0.95, 0.7)}, ["reversal"]))
+    strong = _judge(before, _scores(0.95, 0.7))
     assert set(strong["verdict"]) == {"holds"}
     assert len(strong) == len(claims.TRAINED_CLAIMS)
     # a first layer that fell below 0.8 and a last layer above layer 1: both readings fail
-    weak = claims.claim_table(claims.trained_claims(
-        {"reversal": before}, {"reversal": _scores(0.7, 0.95)}, ["reversal"]))
+    weak = _judge(before, _scores(0.7, 0.95))
     verdicts = dict(zip(weak["reading"], weak["verdict"]))
-    assert verdicts["layer 1 at least 0.8"] == "fails"
-    assert verdicts["last layer below layer 1"] == "fails"
-    assert verdicts["last layer below its initialisation"] == "fails"
+    assert verdicts["layer 1 at least 0.8 through the learned phase"] == "fails"
+    assert verdicts["last layer below layer 1 through the learned phase"] == "fails"
+    assert verdicts["last layer below its initialisation through the learned phase"] == "fails"
     # noise the size of the effect: nothing can be told
-    noisy = claims.claim_table(claims.trained_claims(
-        {"reversal": before}, {"reversal": _scores(0.82, 0.8, noise=0.2)}, ["reversal"]))
-    assert (noisy.loc[noisy["reading"] == "last layer below layer 1", "verdict"]
-            == "cannot tell").all()
+    noisy = _judge(before, _scores(0.82, 0.8, noise=0.2))
+    reading = "last layer below layer 1 through the learned phase"
+    assert (noisy.loc[noisy["reading"] == reading, "verdict"] == "cannot tell").all()
+
+
+def test_keeps_and_weakens_are_read_over_the_learned_phase_not_the_last_step():
+    before = _scores(0.85, 0.9)
+    # the last step looks strong, the learned phase does not: the phase decides claim 4,
+    # the last step claim 2
+    table = _judge(before, after=_scores(0.95, 0.7), phase=_scores(0.7, 0.95))
+    verdicts = dict(zip(table["reading"], table["verdict"]))
+    assert verdicts["layer 1 at least 0.8 through the learned phase"] == "fails"
+    assert verdicts["every layer above chance (0.5)"] == "holds"
+
+
+def test_learned_phase_averages_the_points_after_the_run_was_learned_for_good():
+    steps = [100, 200, 300, 400]
+    scores = [[0.5, 0.1], [0.5, 0.2], [0.5, 0.6], [0.5, 1.0]]
+    phase = claims.learned_phase(steps, [0.1, 0.95, 0.5, 0.99], scores, 400)
+    np.testing.assert_allclose(phase, [0.5, 1.0])  # learned for good from step 400 only
+    phase = claims.learned_phase(steps, [0.1, 0.95, 0.96, 0.99], scores, 400)
+    np.testing.assert_allclose(phase, [0.5, 0.6])
+    with pytest.raises(ValueError, match="no learned phase"):
+        claims.learned_phase(steps, [0.1] * 4, scores, 400)
+    with pytest.raises(ValueError, match="one row per curve step"):
+        claims.learned_phase(steps, [0.95] * 4, scores[:2], 400)
 
 
 def test_trained_claims_refuse_no_task():
     with pytest.raises(ValueError, match="no learned task"):
-        claims.trained_claims({}, {}, [])
+        claims.trained_claims({}, {}, {}, [])
     with pytest.raises(ValueError, match="one shape"):
         claims.trained_claims({"reversal": np.ones((3, 5))}, {"reversal": np.ones((2, 5))},
-                              ["reversal"])
+                              {"reversal": np.ones((3, 5))}, ["reversal"])
 
 
 def test_two_seeds_cannot_decide_a_small_effect():

@@ -18,7 +18,9 @@ import nopelib.train as tr
 from nopelib import launch, profiles
 from nopelib import runs as rc
 from nopelib.model import GPT, GPTConfig
-from nopelib.tasks import EOS_ID, MAX_SEQ_LEN, VOCAB, encode, encode_batch, get_task, make_split
+from nopelib.analysis import layer_scores, random_model
+from nopelib.tasks import (EOS_ID, MAX_SEQ_LEN, TASKS, VOCAB, encode, encode_batch, get_task,
+                           make_split, sample_inputs)
 
 TINY = replace(
     profiles.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
@@ -318,10 +320,10 @@ def test_train_missing_pools_jobs_of_several_profiles(tmp_path, monkeypatch):
 def test_exception_mid_training_leaves_nothing(tmp_path, monkeypatch):
     real_lr_at = profiles.TrainProfile.lr_at
 
-    def failing_lr_at(self, step):
+    def failing_lr_at(self, step, *args):
         if step == 6:
             raise RuntimeError("interrupted")
-        return real_lr_at(self, step)
+        return real_lr_at(self, step, *args)
 
     monkeypatch.setattr(profiles.TrainProfile, "lr_at", failing_lr_at)
     with pytest.raises(RuntimeError, match="interrupted"):
@@ -375,7 +377,10 @@ def test_cache_dir_resolution(tmp_path, monkeypatch):
 # --- profiles, devices and bad input ----------------------------------------------------------
 
 def test_profiles():
-    assert set(profiles.PROFILES) == {"cpu", "paper"}
+    assert set(profiles.PROFILES) == {"cpu", "study", "paper"}
+    study = profiles.PROFILES["study"]
+    assert len(study.seeds) == 5 and set(study.claim_tasks) == set(TASKS)
+    assert study.n_eval == study.n_test == 20_000 and study.n_trajectory >= 64
     assert profiles.PROFILES["paper"].model == GPTConfig()
     assert len(profiles.PROFILES["paper"].seeds) == 5
     assert profiles.PROFILES["paper"].n_eval == profiles.PROFILES["paper"].n_test
@@ -488,3 +493,79 @@ def test_the_loop_trains_exactly_as_the_plain_nanogpt_loop(tmp_path):
         assert torch.equal(value, model.state_dict()[name]), name
     assert metrics["final_loss"] == pytest.approx(np.mean(losses[-1:]), rel=1e-6)
     assert metrics["curve"]["step"] == [10, 20, 25]
+
+
+# ---------------------------------------------------------------------------------------------
+# a budget that follows progress (stop_at) and the trajectory (n_trajectory)
+
+ADAPTIVE = replace(TINY, name="tiny-adaptive", steps=400, warmup_steps=2, curve_every=5,
+                   n_curve=40, n_val=16, stop_at=0.5, tail_share=0.5, n_trajectory=4)
+
+
+def test_a_validation_split_leaves_train_and_test_as_they_are():
+    plain = make_split("ordering", 3, n_train=50, n_test=20)
+    with_val = make_split("ordering", 3, n_train=50, n_test=20, n_val=10)
+    assert (with_val.train, with_val.test) == (plain.train, plain.test)
+    assert len(with_val.val) == 10 and plain.val == []
+    inputs = [x for x, _ in with_val.train + with_val.test + with_val.val]
+    assert len(set(inputs)) == len(inputs)
+    with pytest.raises(ValueError, match="n_val=-1"):
+        make_split("ordering", 3, n_val=-1)
+
+
+def test_the_schedule_is_stable_until_the_level_then_decays_to_the_end():
+    p = replace(ADAPTIVE, lr=1e-3, min_lr_ratio=0.1, warmup_steps=10)
+    assert p.lr_at(4) == pytest.approx(5e-4)  # the warm-up
+    assert p.lr_at(10_000) == p.lr_at(50) == 1e-3  # stable: the level is not reached yet
+    assert p.lr_at(100, decay_from=100, end=150) == pytest.approx(1e-3)
+    assert p.lr_at(125, decay_from=100, end=150) == pytest.approx(0.55e-3)
+    assert p.lr_at(150, decay_from=100, end=150) == pytest.approx(1e-4)
+    assert p.tail_steps(1000) == 500 and p.tail_steps(2) == p.curve_every
+
+
+@pytest.mark.parametrize("change, match", [
+    (dict(stop_at=0.9, n_val=0), "n_val"),
+    (dict(stop_at=0.9, curve_every=0), "curve_every"),
+    (dict(stop_at=1.5), "stop_at=1.5"),
+    (dict(tail_share=0.0), "tail_share=0.0"),
+    (dict(n_trajectory=-1), "n_trajectory=-1"),
+    (dict(n_trajectory=4, curve_every=0, stop_at=0.0), "n_trajectory=4"),
+])
+def test_an_adaptive_profile_that_cannot_work_is_refused(change, match):
+    with pytest.raises(ValueError, match=match):
+        replace(ADAPTIVE, **change)
+
+
+def test_a_level_never_reached_trains_to_the_cap():
+    p = replace(ADAPTIVE, steps=20, stop_at=1.0)  # a tiny model is not exact on every input
+    _, m = tr.train("reversal", 0, p, torch.device("cpu"), progress=False)
+    assert m["decay_from"] is None and m["steps"] == 20
+    assert m["curve"]["step"] == [5, 10, 15, 20]
+
+
+def test_a_level_reached_at_once_ends_after_its_tail(monkeypatch):
+    monkeypatch.setattr(tr, "evaluate", lambda *args, **kwargs: 1.0)
+    _, m = tr.train("reversal", 0, ADAPTIVE, torch.device("cpu"), progress=False)
+    assert m["decay_from"] == 5 and m["steps"] == 5 + ADAPTIVE.tail_steps(5) == 10
+    assert m["curve"]["step"] == [5, 10]
+
+
+def test_the_trajectory_scores_the_fixed_inputs_from_initialisation_on():
+    _, m = tr.train("indexing", 2, replace(ADAPTIVE, steps=10, stop_at=1.0),
+                    torch.device("cpu"), progress=False)
+    texts = sample_inputs("indexing", ADAPTIVE.n_trajectory, seed=tr.TRAJECTORY_SEED)
+    init = layer_scores(random_model(ADAPTIVE.model, seed=2), texts).mean(0)
+    assert m["scores_init"] == pytest.approx(init.tolist(), abs=1e-12)
+    assert len(m["curve"]["scores"]) == len(m["curve"]["step"]) == 2
+    assert all(len(row) == ADAPTIVE.model.n_layer + 1 for row in m["curve"]["scores"])
+    assert rc.metrics_problem({**m, "accuracy": 0.5, "n_test": 1, "seed": 2,
+                               "task": "indexing"}) is None
+    bad = {**m, "accuracy": 0.5, "n_test": 1, "seed": 2, "task": "indexing",
+           "curve": {**m["curve"], "scores": m["curve"]["scores"][:1]}}
+    assert "curve.scores" in rc.metrics_problem(bad)
+
+
+def test_batched_seeds_refuse_a_budget_that_follows_progress():
+    from nopelib.batched import train_seeds
+    with pytest.raises(ValueError, match="fixed budget"):
+        train_seeds("reversal", [0, 1], ADAPTIVE, torch.device("cpu"))

@@ -1,0 +1,122 @@
+"""The trained-model study: five seeds of every task, trained by hand, committed with a trajectory.
+
+The paper's claims about trained models (the adjacency pattern holds after training; the first
+layers keep it, later layers weaken it) are judged on this study's runs by the rules in
+``nopelib.claims``, fixed before it ran. Each run trains under a profile whose budget follows
+progress (``TrainProfile.stop_at``: the learning rate is held until a validation split is at
+the level, then decays over a fixed share more steps), so every seed ends well past the point
+where it left its plateau, whatever CPU's kernels it ran on. Every curve point records the
+run's exact match and the adjacency score of every layer on fixed task inputs: the trajectory,
+on which "keeps" and "weakens" are read.
+
+It trains longer than a chapter may, so it runs by hand, one file per task, with one command::
+
+    python -m nopelib.trained_study --tasks reversal indexing
+
+which writes ``book/results/trained_<profile>_<task>.json``. Every run goes through the run
+cache, so an interrupted study resumes where it stopped and a rerun only rewrites the files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from nopelib import claims, results
+from nopelib.launch import train_many
+from nopelib.profiles import PROFILES, TrainProfile, check_seed, get_profile
+from nopelib.runs import TrainedRun
+from nopelib.tasks import TASKS, get_task
+from nopelib.train import TRAJECTORY_SEED
+
+
+def run_record(run: TrainedRun) -> dict:
+    """One run as the study file holds it: accuracy on the whole test split, budget, where its
+    learning curve reached the learnedness line for good, and its trajectory."""
+    m, prof = run.metrics, run.profile
+    curve = m.get("curve", {})
+    if "scores" not in curve or "scores_init" not in m:
+        raise ValueError(f"profile {prof.name!r} records no trajectory (n_trajectory=0): the "
+                         "study needs one")
+    plateau = claims.past_plateau(curve["step"], curve["accuracy"], m["steps"])
+    return {
+        "task": m["task"], "seed": m["seed"], "profile": prof.name, "key": m["key"],
+        "accuracy": m["accuracy"], "n_test": m["n_test"], "steps": m["steps"],
+        "decay_from": m.get("decay_from"), "train_seconds": m["train_seconds"],
+        "learned_from": plateau["learned_from"], "tail": plateau["tail"],
+        "scores_init": m["scores_init"], "scores_after": curve["scores"][-1],
+        "trajectory": {name: curve[name] for name in
+                       ("step", "accuracy", "val_accuracy", "loss", "scores") if name in curve},
+    }
+
+
+def run_study(profile: str | TrainProfile, tasks: Sequence[str], seeds: Sequence[int],
+              device: str = "auto", workers: int | None = None
+              ) -> tuple[dict[str, list[dict]], int]:
+    """Train (or load) every (task, seed) of ``profile`` in one pool; per task, the run
+    records (``run_record``), and how many runs came from the cache."""
+    prof = get_profile(profile)
+    for task in tasks:
+        get_task(task)
+    for seed in seeds:
+        check_seed(seed)
+    if not prof.n_trajectory:
+        raise ValueError(f"profile={prof.name!r} records no trajectory (n_trajectory=0)")
+    runs = train_many([(t, s) for t in tasks for s in seeds], prof, device=device,
+                      workers=workers)
+    by_task = {task: [run_record(runs[task, s]) for s in seeds] for task in tasks}
+    return by_task, sum(run.from_cache for run in runs.values())
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m nopelib.trained_study",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", nargs="+", required=True, choices=list(TASKS))
+    parser.add_argument("--profile", default="study", choices=sorted(PROFILES))
+    parser.add_argument("--seeds", nargs="+", type=int, default=None,
+                        help="default: the profile's seeds")
+    parser.add_argument("--out-dir", type=Path, default=results.RESULTS_DIR,
+                        help="folder of the trained_<profile>_<task>.json files")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="training processes on the CPU (default: one per core)")
+    args = parser.parse_args(argv)
+    from nopelib.params import SEED, Device, Int, ListOf, check_args
+
+    check_args(parser, {
+        "--seeds": (args.seeds, ListOf(SEED, unique=True, max_len=20, why=(
+            "each seed trains one run per task, up to ~35 min on one core for the study "
+            "profile"))),
+        "--device": (args.device, Device()),
+        "--workers": (args.workers, Int(min=1, max=256, why="one process per core")),
+    })
+    if not args.out_dir.is_dir():
+        parser.error(f"--out-dir={str(args.out_dir)!r} is not a folder")
+    prof = get_profile(args.profile)
+    seeds = list(prof.seeds) if args.seeds is None else args.seeds
+    start = time.perf_counter()
+    by_task, from_cache = run_study(prof, args.tasks, seeds, args.device, args.workers)
+    for task, records in by_task.items():
+        doc = {
+            "provenance": results.provenance(
+                "python -m nopelib.trained_study", argv, start, profile=prof.name,
+                training=prof.record(), tasks=list(args.tasks), seeds=seeds,
+                runs_from_cache=from_cache,
+                cpu_capability=torch.backends.cpu.get_cpu_capability(),
+                trajectory={"n_inputs": prof.n_trajectory, "seed": TRAJECTORY_SEED}),
+            "runs": records,
+        }
+        out = args.out_dir / f"trained_{prof.name}_{task}.json"
+        results.write(out, doc, "trained")
+        print(f"wrote {out}: {len(records)} runs, accuracy "
+              + ", ".join(f"{r['accuracy']:.4f}" for r in records))
+    print(f"{sum(map(len, by_task.values()))} runs ({from_cache} from the cache) in "
+          f"{time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""The trained-model study: its records, its command's checks, and a tiny study end to end."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+import nopelib.trained_study as ts
+from nopelib import claims, profiles, results
+from nopelib.model import GPTConfig
+
+TINY = replace(
+    profiles.PROFILES["study"], name="tiny-study", model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
+    steps=30, batch_size=8, warmup_steps=2, n_train=64, n_test=24, n_eval=24, n_curve=24,
+    n_val=8, curve_every=10, eval_batch_size=16, log_every=5, seeds=(0, 1), n_trajectory=4,
+)
+
+
+@pytest.fixture(autouse=True)
+def _cache_in_tmp(tmp_path, monkeypatch):
+    monkeypatch.setenv("NOPELIB_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_a_tiny_study_writes_a_valid_file_whose_trajectory_the_claims_read(tmp_path):
+    by_task, from_cache = ts.run_study(TINY, ["ordering"], [0, 1], device="cpu", workers=1)
+    assert from_cache == 0 and [r["seed"] for r in by_task["ordering"]] == [0, 1]
+    for run in by_task["ordering"]:
+        t = run["trajectory"]
+        assert t["step"][-1] == run["steps"] and len(t["scores"]) == len(t["step"])
+        assert run["scores_after"] == t["scores"][-1]
+        assert len(run["scores_init"]) == TINY.model.n_layer + 1
+    doc = {"provenance": results.provenance("test", [], 0.0, profile=TINY.name,
+                                            training=TINY.record()),
+           "runs": by_task["ordering"]}
+    path = tmp_path / "trained_tiny-study_ordering.json"
+    results.write(path, doc, "trained")
+    assert results.load(path)["runs"] == json.loads(json.dumps(by_task["ordering"]))
+    # a second study loads every run from the cache
+    again, from_cache = ts.run_study(TINY, ["ordering"], [0, 1], device="cpu", workers=1)
+    assert from_cache == 2 and again == by_task
+
+
+def test_an_edited_trajectory_is_refused(tmp_path):
+    by_task, _ = ts.run_study(TINY, ["reversal"], [0], device="cpu", workers=1)
+    run = by_task["reversal"][0]
+    bad = {**run, "trajectory": {**run["trajectory"],
+                                 "scores": run["trajectory"]["scores"][:-1]}}
+    doc = {"provenance": results.provenance("test", [], 0.0, profile=TINY.name,
+                                            training=TINY.record()), "runs": [bad]}
+    with pytest.raises(results.ResultsError, match="trajectory"):
+        results.validate(doc, "trained", "edited")
+
+
+def test_a_profile_without_a_trajectory_is_refused_before_training():
+    with pytest.raises(ValueError, match="n_trajectory=0"):
+        ts.run_study(replace(TINY, n_trajectory=0), ["reversal"], [0], device="cpu")
+    with pytest.raises(ValueError, match="seed=-1"):
+        ts.run_study(TINY, ["reversal"], [-1], device="cpu")
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--tasks", "division"], "division"),
+    (["--tasks", "reversal", "--seeds", "1", "1"], "--seeds"),
+    (["--tasks", "reversal", "--workers", "0"], "--workers"),
+    (["--tasks", "reversal", "--out-dir", "/no/such/folder"], "--out-dir"),
+])
+def test_bad_arguments_exit_before_any_training(argv, match, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        ts.main(argv)
+    assert exit_.value.code == 2 and match in capsys.readouterr().err
+
+
+def test_the_committed_studies_are_valid_and_judged_by_the_fixed_rules():
+    # every committed study file: valid, its runs complete, and the claims can read it
+    for name, doc in results.load_all("trained").items():
+        prof = profiles.TrainProfile.from_record(doc["provenance"]["training"])
+        for run in doc["runs"]:
+            t = run["trajectory"]
+            if run["learned_from"] is not None:
+                phase = claims.learned_phase(t["step"], t["accuracy"], t["scores"],
+                                             run["steps"])
+                assert len(phase) == prof.model.n_layer + 1, name
