@@ -18,8 +18,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from nopelib.metrics import (adjacency_score, adjacency_score_with_diagonal,
-                             cosine_similarity_matrix, layer_scores, length_groups)
+from nopelib.metrics import adjacency_score, cosine_similarity_matrix, layer_scores
 from nopelib.model import GPT, GPTConfig
 from nopelib.stats import summarize
 from nopelib.tasks import TASKS, encode_inputs, get_task, sample_inputs

@@ -29,12 +29,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from nopelib import analysis, cache, results
+from nopelib import analysis, cache, metrics, results
 from nopelib.cache import commit_file
 from nopelib.launch import BACKENDS, train_many
 from nopelib.model import GPTConfig
 from nopelib.profiles import PROFILES, TrainProfile
-from nopelib.tasks import TASKS
+from nopelib.tasks import TASKS, sample_inputs
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def get_grid(name: str | Grid) -> Grid:
 
 
 def _mean_scores(model: torch.nn.Module, texts: list[str]) -> list[float]:
-    return analysis.layer_scores(model, texts).mean(axis=0).round(6).tolist()  # [n_layer + 1]
+    return metrics.layer_scores(model, texts).mean(axis=0).round(6).tolist()  # [n_layer + 1]
 
 
 def run_grid(grid: str | Grid, device: str = "auto", backend: str = "local",
@@ -110,7 +110,7 @@ def run_grid(grid: str | Grid, device: str = "auto", backend: str = "local",
 def _train_and_score(grid: Grid, device: str, backend: str, address: str | None,
                      workers: int | None, gpu_fraction: float | None) -> list[dict]:
     runs = [(t, s) for t in grid.tasks for s in grid.seeds]
-    inputs = {t: analysis.sample_inputs(t, grid.n_inputs, seed=0) for t in grid.tasks}
+    inputs = {t: sample_inputs(t, grid.n_inputs, seed=0) for t in grid.tasks}
     rows = []
     for i, prof in enumerate(grid.profiles):
         print(f"[{i + 1}/{len(grid.profiles)}] {prof.name}: {len(runs)} runs", flush=True)

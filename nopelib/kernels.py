@@ -10,9 +10,11 @@ of its own, and runs both chapters against each:
 - ``avx2``: ``ATEN_CPU_CAPABILITY=avx2`` (``=default`` on a CPU whose best is AVX2) with
   ``MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2``.
 
-It passes when every chapter passes under both sets and every verdict is the same under both;
-the accuracy and the claims' numbers are printed side by side. It trains the profile twice
-(about 35 minutes each on two cores), so it runs by hand, not in the default test run:
+It passes when every chapter passes under both sets and every verdict is the same under both:
+the claims' verdicts (computed from the committed study, so they cannot move) and the live
+reproduction's (each live run learned, and inside the study's spread). The live runs' numbers
+are printed side by side. It trains the live runs twice, so it runs by hand, not in the default
+test run:
 
     python -m nopelib.kernels --out /tmp/kernels
 """
@@ -29,13 +31,11 @@ from pathlib import Path
 
 import torch
 
-from nopelib import cache, claims
-from nopelib.analysis import is_learned
-from nopelib.params import OutPath, check_args
-from nopelib.tasks import TASKS
+from nopelib import cache
+from nopelib.analysis import LEARNED_AT
 from nopelib.launch import train_many
-from nopelib.profiles import PROFILES
-from nopelib.study import scores_before_after
+from nopelib.params import OutPath, check_args
+from nopelib.study import load_study, reproduction
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = ("trained", "probes")
@@ -52,25 +52,21 @@ def kernel_sets(capability: str | None = None) -> dict[str, dict[str, str]]:
                      "ONEDNN_MAX_CPU_ISA": "AVX2"}}
 
 
-def summarize(profile: str = "cpu", n_analysis: int = 64) -> dict:
-    """What the trained chapter computes, under this process's kernels: accuracy per task and
-    seed and the trained-model claims' tests (same runs, inputs and rule as the chapter)."""
-    prof = PROFILES[profile]
-    runs = train_many([(t, s) for t in TASKS for s in prof.seeds], profile)
-    learned = [t for t in TASKS if is_learned([runs[t, s].metrics for s in prof.seeds],
-                                              prof.n_test)]
-    judged = [t for t in prof.claim_tasks if t in learned]
-    # the trained chapter's inputs and scores
-    before, after = scores_before_after(prof.model, runs, judged, prof.seeds, n_analysis)
-    tests = claims.claim_table(claims.trained_claims(before, after, judged)) if judged else None
-    return {
-        "capability": torch.backends.cpu.get_cpu_capability(),
-        "accuracy": {f"{t} seed {s}": runs[t, s].metrics["accuracy"]
-                     for t in TASKS for s in prof.seeds},
-        "learned": learned,
-        "claims": [] if tests is None else tests[
-            ["task", "reading", "verdict", "mean", "lo", "hi"]].to_dict("records"),
-    }
+def summarize(profile: str = "study", tasks: tuple[str, ...] = ("reversal",),
+              seeds: tuple[int, ...] = (0,)) -> dict:
+    """What the trained chapter's live reproduction computes, under this process's kernels:
+    per live run its exact match, budget, and whether it is learned and inside the committed
+    study's spread (``study.reproduction``)."""
+    runs = train_many([(t, s) for t in tasks for s in seeds], profile)
+    docs, _ = load_study(profile, tasks)
+    out = {}
+    for (task, seed), run in runs.items():
+        check = reproduction(run.metrics, docs[task]["runs"]) if task in docs else None
+        out[f"{task} seed {seed}"] = {
+            "accuracy": run.metrics["accuracy"], "steps": run.metrics["steps"],
+            "learned": run.metrics["accuracy"] >= LEARNED_AT,
+            "inside": None if check is None else bool(check.inside.all())}
+    return {"capability": torch.backends.cpu.get_cpu_capability(), "runs": out}
 
 
 def tagged_outputs(notebook: Path) -> list[str]:
@@ -114,26 +110,19 @@ def run_set(name: str, env_vars: dict[str, str], out: Path, chapters: list[str])
 
 def compare(results: dict[str, dict]) -> tuple[bool, str]:
     """Side-by-side report of the kernel sets, and whether the check passes: every chapter
-    passed under every set, and the verdicts (claims and tagged chapter outputs) agree."""
+    passed under every set, and the verdicts (the live runs' and the tagged chapter outputs)
+    agree."""
     names = list(results)
     lines = ["kernel sets: " + ", ".join(
         f"{n} ({results[n]['summary']['capability']}, env {results[n]['env'] or 'none'})"
-        for n in names), "", "accuracy | " + " | ".join(names)]
-    first = results[names[0]]["summary"]
-    for run in first["accuracy"]:
-        lines.append(f"{run} | " + " | ".join(
-            f"{results[n]['summary']['accuracy'][run]:.4f}" for n in names))
-    lines += ["", "learned: " + " | ".join(f"{n}: {results[n]['summary']['learned']}"
-                                           for n in names), "", "claim | " + " | ".join(names)]
+        for n in names), "", "live run | " + " | ".join(names)]
     ok = True
-    verdicts = {n: {(c["task"], c["reading"]): c for c in results[n]["summary"]["claims"]}
-                for n in names}
-    for key in sorted(set().union(*verdicts.values())):
-        cells = [verdicts[n].get(key) for n in names]
-        lines.append(f"{key[0]}, {key[1]} | " + " | ".join(
-            f"{c['verdict']} ({c['mean']:.3f} [{c['lo']:.3f}, {c['hi']:.3f}])" if c else "absent"
-            for c in cells))
-        ok &= len({c["verdict"] if c else None for c in cells}) == 1
+    for run in results[names[0]]["summary"]["runs"]:
+        cells = [results[n]["summary"]["runs"].get(run) for n in names]
+        lines.append(f"{run} | " + " | ".join(
+            f"{c['accuracy']:.4f} in {c['steps']:,} steps, learned {c['learned']}, "
+            f"inside the study's spread {c['inside']}" if c else "absent" for c in cells))
+        ok &= len({(c["learned"], c["inside"]) if c else None for c in cells}) == 1
     for chapter in results[names[0]]["chapters"]:
         status = [results[n]["chapters"][chapter] for n in names]
         lines.append(f"\nchapter {chapter}: " + " | ".join(

@@ -172,7 +172,14 @@ def adjacency_row_scores(C: ArrayLike) -> np.ndarray:
     arr = _as_matrices(C)
     T = arr.shape[-1]
     flat = np.ascontiguousarray(arr.reshape(-1, T, T))
-    return _row_scores(flat).reshape(arr.shape[:-1])
+    # numba's OpenMP layer sets the process's OpenMP thread count when it starts, which is
+    # torch's too: a run scored along its training would go on training on every core, with
+    # other bits than the same run unscored. So torch's count is put back.
+    threads = torch.get_num_threads()
+    try:
+        return _row_scores(flat).reshape(arr.shape[:-1])
+    finally:
+        torch.set_num_threads(threads)
 
 
 def adjacency_score(C: ArrayLike) -> np.ndarray:

@@ -2,34 +2,36 @@
 
 - the profile's initial pattern (``initial_pattern``): the embedding ratio rho, the layer-1
   adjacency score the averaging theory predicts at initialisation, and the score measured;
-- the runs' accuracy (``run_table``, ``accuracy_table``) and where each learning curve reached
-  the learnedness line for good (``plateau_table``, by ``claims.past_plateau``);
+- the committed trained-model study (``nopelib.trained_study``): its files (``load_study``),
+  accuracy and where each run was learned for good (``study_table``, ``study_accuracy``), the
+  adjacency scores at initialisation, after training and over the learned phase
+  (``study_scores``, ``score_table``), on which ``nopelib.claims`` judges the paper's claims,
+  and a live run set beside the study (``reproduction``);
 - the committed recipe study: where its learning curves leave their plateau
   (``leaves_plateau``), and how its budget compares with today's profile (``recipe_budgets``);
-- the adjacency score of every layer before and after training (``scores_before_after``,
-  ``score_table``), on which ``nopelib.claims`` judges the paper's claims, and the same per
-  budget of a committed budget study (``budget_verdicts``);
 - the sentences the chapter prints from these numbers (``verdict_summary`` and its kin), so
   that a chapter cell states what it shows and this module how it is worded.
 
 The chapter's parameters and their rules (``CHAPTER_PARAMS``) are here too, so that its check
-cell stays short. Nothing here trains: the runs come from ``nopelib.launch.train_many``.
+cell stays short. Nothing here trains: the live runs come from ``nopelib.launch.train_many``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from nopelib import claims
-from nopelib.analysis import is_learned, layer_scores, random_model, sample_inputs
+from nopelib import claims, results
+from nopelib.analysis import is_learned, random_model
+from nopelib.metrics import layer_scores
 from nopelib.model import GPTConfig
-from nopelib.params import SEED, Choice, Device, Int, ListOf, Optional
+from nopelib.params import SEED, Choice, Device, ListOf
 from nopelib.profiles import PROFILES, TrainProfile
-from nopelib.stats import summarize
-from nopelib.tasks import TASKS, encode_inputs, make_split, majority_baseline
+from nopelib.stats import seed_interval, summarize
+from nopelib.tasks import TASKS, encode_inputs, make_split, majority_baseline, sample_inputs
 from nopelib.theory import embedding_ratio, predict_layer1_score
 from nopelib.theory_studies import measure_value_scale
 
@@ -38,14 +40,13 @@ from nopelib.theory_studies import measure_value_scale
 # in each message.
 CHAPTER_PARAMS = {
     "profile": Choice(PROFILES),
-    "seeds": Optional(ListOf(SEED, unique=True, max_len=50,
-                             why="each seed trains one run per task, ~2.6 min on one core for "
-                                 "the cpu profile: ~4.3 h for 50 seeds x 4 tasks on 2 cores")),
     "tasks": ListOf(Choice(TASKS), unique=True),
-    "n_analysis": Int(min=1, max=4096, why="each input is scored by every trained model and "
-                      "its initialisation, ~10 ms each for the paper's base model: ~16 min at "
-                      "4096 with 3 seeds and 4 tasks"),
-    "heatmap_task": Choice(TASKS).where(lambda t, p: t in p["tasks"], "one of tasks"),
+    "live_tasks": ListOf(Choice(TASKS), unique=True).where(
+        lambda ts, p: set(ts) <= set(p["tasks"]), "tasks read from the study"),
+    "live_seeds": ListOf(SEED, unique=True, max_len=20,
+                         why="each seed retrains one run per live task, up to ~35 min on one "
+                             "core for the study profile"),
+    "heatmap_task": Choice(TASKS).where(lambda t, p: t in p["live_tasks"], "one of live_tasks"),
     "device": Device(),
 }
 
@@ -91,53 +92,6 @@ def initial_pattern(configs: Mapping[str, GPTConfig], tasks: Sequence[str],
 
 # ---------------------------------------------------------------------------------------------
 # accuracy and the plateau
-
-
-def run_table(runs: Mapping[tuple[str, int], object], prof: TrainProfile) -> pd.DataFrame:
-    """One row per trained run (``runs`` maps (task, seed) to a ``runs.TrainedRun``): task,
-    seed, exact match on the test split, its size, the majority-answer share of that split,
-    steps, training seconds, ms per step and device."""
-    rows = []
-    for (task, seed), run in runs.items():
-        m = run.metrics
-        test = make_split(task, seed, n_train=prof.n_train, n_test=prof.n_test).test
-        rows.append(dict(task=task, seed=seed, accuracy=m["accuracy"], n_test=m["n_test"],
-                         majority=majority_baseline(test)[1], steps=m["steps"],
-                         train_s=m["train_seconds"], step_ms=m["step_ms"],
-                         device=m["device"]))
-    return pd.DataFrame(rows)
-
-
-def accuracy_table(per_run: pd.DataFrame, prof: TrainProfile, tasks: Sequence[str],
-                   seeds: Sequence[int]) -> pd.DataFrame:
-    """Exact match per task (rows, in ``tasks`` order) and seed (columns ``seed s``) from
-    ``run_table``, with the task's majority-answer share, steps, test size, whether it is
-    learned (``analysis.is_learned``: every seed, the whole test split) and whether it is in
-    the profile's claim set."""
-    acc = per_run.pivot(index="task", columns="seed", values="accuracy").loc[list(tasks)]
-    acc.columns = [f"seed {s}" for s in acc.columns]
-    by_task = per_run.groupby("task").agg(
-        majority=("majority", "mean"), steps=("steps", "first"), n_test=("n_test", "min"))
-    acc = acc.join(by_task.loc[list(tasks)])
-    metrics = {(r.task, r.seed): dict(accuracy=r.accuracy, n_test=r.n_test)
-               for r in per_run.itertuples()}
-    acc["learned"] = [is_learned([metrics[task, s] for s in seeds], prof.n_test)
-                      for task in tasks]
-    acc["claim set"] = [t in prof.claim_tasks for t in tasks]
-    return acc
-
-
-def plateau_table(runs: Mapping[tuple[str, int], object], tasks: Sequence[str],
-                  seeds: Sequence[int]) -> pd.DataFrame:
-    """Where each run's learning curve reached ``analysis.LEARNED_AT`` for good and the share
-    of its budget left after it (``claims.past_plateau``): one row per (task, seed)."""
-    rows = []
-    for task in tasks:
-        for s in seeds:
-            m = runs[task, s].metrics
-            rows.append(dict(task=task, seed=s, steps=m["steps"], **claims.past_plateau(
-                m["curve"]["step"], m["curve"]["accuracy"], m["steps"])))
-    return pd.DataFrame(rows)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,31 +153,24 @@ def recipe_summary(recipe_runs: pd.DataFrame, baselines: Mapping[str, float]) ->
 # adjacency scores before and after training
 
 
-def scores_before_after(config: GPTConfig, runs: Mapping[tuple[str, int], object],
-                        tasks: Sequence[str], seeds: Sequence[int],
-                        n_analysis: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Per-seed adjacency scores [seeds, L+1] of every task (mean over ``n_analysis`` inputs,
-    the same for every model, drawn with ``ANALYSIS_SEED``): before training (the
-    initialisation of the seed, architecture ``config``) and after (the trained run)."""
-    before, after = {}, {}
-    for task in tasks:
-        texts = sample_inputs(task, n_analysis, seed=ANALYSIS_SEED)
-        initial = [random_model(config, seed=s) for s in seeds]
-        # [seeds, L+1]: mean over the inputs of each model
-        before[task] = np.stack([layer_scores(m, texts).mean(0) for m in initial])
-        after[task] = np.stack([layer_scores(runs[task, s].model, texts).mean(0)
-                                for s in seeds])
-    return before, after
-
-
 def score_table(before: Mapping[str, np.ndarray], after: Mapping[str, np.ndarray],
-                layers: Sequence[int]) -> pd.DataFrame:
-    """Mean over seeds of the scores before and after training: one row per layer, columns
-    (task, "before" / "after")."""
+                phase: Mapping[str, np.ndarray], layers: Sequence[int]) -> pd.DataFrame:
+    """Mean over seeds of the scores at initialisation, after training and over the learned
+    phase: one row per layer, columns (task, "before" / "after" / "learned phase")."""
     return pd.DataFrame(
         {(task, when): summarize(s)[0] for task in before
-         for when, s in (("before", before[task]), ("after", after[task]))},
+         for when, s in (("before", before[task]), ("after", after[task]),
+                         ("learned phase", phase[task]))},
         index=pd.Index(layers, name="layer"))
+
+
+def majority_shares(prof: TrainProfile, tasks: Sequence[str],
+                    seeds: Sequence[int]) -> dict[str, float]:
+    """Each task's majority-answer share (what a model that ignores its input reaches), the
+    mean over the test splits of ``seeds``: the baseline a learning curve is read against."""
+    return {task: float(np.mean([majority_baseline(make_split(
+        task, s, n_train=prof.n_train, n_test=prof.n_test).test)[1] for s in seeds]))
+        for task in tasks}
 
 
 def verdict_summary(verdicts: pd.DataFrame) -> str:
@@ -243,44 +190,92 @@ def verdict_summary(verdicts: pd.DataFrame) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# the budget study (committed results)
+# the committed trained-model study (nopelib.trained_study)
 
 
-def budget_verdicts(budget: Mapping, n_test: int) -> tuple[list[dict], dict[str, tuple]]:
-    """One committed budget study (``results.load_all("budget")``): per (task, steps) a row
-    with the seeds, the lowest exact match, learnedness, the mean layer-1 and last-layer
-    scores after training and, where learned, the verdict of every trained-model reading
-    (``claims.trained_claims`` on that budget's seeds); and per budget the (mean, std) of the
-    scores before and after training, for ``viz.before_after_lines``."""
-    rows, stats = [], {}
-    for (task, steps), group in pd.DataFrame(budget["runs"]).groupby(["task", "steps"]):
-        scores = np.stack(group["before"]), np.stack(group["after"])  # [seeds, L+1]
-        learned_here = is_learned(group.to_dict("records"), n_test)
-        row = dict(task=task, steps=steps, seeds=len(group),
-                   min_accuracy=group["accuracy"].min(), learned=learned_here,
-                   layer1=scores[1][:, 1].mean(), last=scores[1][:, -1].mean())
-        if learned_here:
-            table_here = claims.claim_table(claims.trained_claims(
-                {task: scores[0]}, {task: scores[1]}, [task]))
-            row.update(zip(table_here.reading, table_here.verdict))
-        rows.append(row)
-        stats[f"{task}, {steps:,} steps"] = tuple(summarize(s) for s in scores)
-    return rows, stats
+def study_path(profile: str, task: str) -> Path:
+    """Where the committed study of ``profile`` keeps ``task``'s runs."""
+    return results.RESULTS_DIR / f"trained_{profile}_{task}.json"
 
 
-def budget_summary(by_budget: pd.DataFrame) -> str:
-    """Markdown: per task of the budget table (indexed by task and steps), every budget's
-    verdict per reading, or that its models did not learn the task."""
-    lines = []
-    readings = [reading for _, reading in claims.TRAINED_CLAIMS]
-    for task, task_rows in by_budget.groupby(level="task"):
-        verdicts_at = {steps: "; ".join(f"{k}: {r[k]}" for k in readings)
-                       if r["learned"] else "not learned, no verdict"
-                       for (_, steps), r in task_rows.iterrows()}
-        per_budget = " | ".join(f"{steps:,} steps: {v}"
-                                for steps, v in verdicts_at.items())
-        lines.append(f"- **{task}** (committed): {per_budget}.")
-    return "\n".join(lines)
+def load_study(profile: str, tasks: Sequence[str]) -> tuple[dict[str, dict], list[str]]:
+    """The committed study of ``profile``: {task: validated document} for the tasks that have
+    one, and the tasks that do not (yet)."""
+    docs = {t: results.load(study_path(profile, t)) for t in tasks
+            if study_path(profile, t).is_file()}
+    return docs, [t for t in tasks if t not in docs]
+
+
+def study_table(docs: Mapping[str, Mapping]) -> pd.DataFrame:
+    """One row per committed run: task, seed, exact match on the whole test split, its size,
+    the steps trained, the step where the validation split reached the profile's level
+    (``decay_from``), where the learning curve reached the learnedness line for good
+    (``learned_from``), the share of the run after it (``tail``), whether that is the claim
+    rule's margin (``with_margin``), and the training seconds."""
+    rows = [dict(task=r["task"], seed=r["seed"], accuracy=r["accuracy"], n_test=r["n_test"],
+                 steps=r["steps"], decay_from=r["decay_from"], learned_from=r["learned_from"],
+                 tail=r["tail"], with_margin=r["tail"] >= claims.PLATEAU_TAIL,
+                 train_s=r["train_seconds"])
+            for doc in docs.values() for r in doc["runs"]]
+    return pd.DataFrame(rows)
+
+
+def study_accuracy(table: pd.DataFrame, n_test: int,
+                   baselines: Mapping[str, float]) -> pd.DataFrame:
+    """Per task of ``study_table``: exact match per seed (columns ``seed s``), the lowest,
+    the task's majority-answer share (``baselines``), whether the task is learned (``analysis.is_learned``) and whether every run is past its
+    plateau with the claim rule's margin (``with margin``): the tasks judged are both."""
+    acc = table.pivot(index="task", columns="seed", values="accuracy")
+    acc.columns = [f"seed {s}" for s in acc.columns]
+    acc["lowest"] = acc.min(axis=1)
+    acc["majority"] = [baselines[t] for t in acc.index]
+    acc["learned"] = [is_learned(g.to_dict("records"), n_test)
+                      for _, g in table.groupby("task")]
+    acc["with margin"] = table.groupby("task")["with_margin"].all()
+    return acc
+
+
+def study_scores(docs: Mapping[str, Mapping], tasks: Sequence[str]) -> tuple[dict, dict, dict]:
+    """Per task, the per-seed adjacency scores [seeds, L+1] of the study's fixed inputs: at
+    initialisation, after training, and averaged over the run's learned phase
+    (``claims.learned_phase``); the tasks must be learned."""
+    before, after, phase = {}, {}, {}
+    for task in tasks:
+        runs = docs[task]["runs"]
+        before[task] = np.array([r["scores_init"] for r in runs])
+        after[task] = np.array([r["scores_after"] for r in runs])
+        phase[task] = np.array([claims.learned_phase(
+            r["trajectory"]["step"], r["trajectory"]["accuracy"], r["trajectory"]["scores"],
+            r["steps"]) for r in runs])
+    return before, after, phase
+
+
+def study_provenance(doc: Mapping) -> str:
+    """Markdown: where a committed study file's numbers come from."""
+    p = doc["provenance"]
+    trained = p.get("trained_by", p)
+    return (f"trained by `{trained['command']}` at commit `{trained['commit'][:12]}` on "
+            f"{trained['machine']} (CPU kernels {trained.get('cpu_capability', '?')}, torch "
+            f"{trained['torch']}, {trained['wall_seconds'] / 60:.0f} min wall, "
+            f"{trained['date']}); file written at commit `{p['commit'][:12]}`, "
+            f"{p['runs_from_cache']} of {len(doc['runs'])} runs from the run cache")
+
+
+def reproduction(live: Mapping[str, object], committed: Sequence[Mapping],
+                 alpha: float = claims.ALPHA) -> pd.DataFrame:
+    """A live run (``runs.TrainedRun``'s metrics) against the committed study's runs of its
+    task: its exact match and every layer's score after training beside the study's mean and
+    the t prediction interval of one more seed (n - 1 degrees of freedom, Bonferroni over the
+    layers), and whether it lies inside."""
+    studied = np.array([r["scores_after"] for r in committed])  # [seeds, L+1]
+    live_scores = live["curve"]["scores"][-1]
+    level = 1 - alpha / studied.shape[1]
+    rows = []
+    for layer, value in enumerate(live_scores):
+        mean, _, half = seed_interval(studied[:, layer], level)
+        rows.append(dict(quantity=f"layer {layer} score", live=value, study_mean=mean,
+                         lo=mean - half, hi=mean + half, inside=mean - half <= value <= mean + half))
+    return pd.DataFrame(rows)
 
 
 # ---------------------------------------------------------------------------------------------

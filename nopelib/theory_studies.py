@@ -19,7 +19,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from nopelib.analysis import length_groups, length_tokens, random_model, study_texts
+from nopelib.analysis import length_tokens, random_model, study_texts
+from nopelib.metrics import length_groups
 from nopelib.metrics import adjacency_row_scores, adjacency_score, cosine_similarity_matrix
 from nopelib.model import GPT, GPTConfig
 from nopelib.stats import normal_interval, pooled_sd, seed_interval

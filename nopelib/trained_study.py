@@ -7,14 +7,18 @@ progress (``TrainProfile.stop_at``: the learning rate is held until a validation
 the level, then decays over a fixed share more steps), so every seed ends well past the point
 where it left its plateau, whatever CPU's kernels it ran on. Every curve point records the
 run's exact match and the adjacency score of every layer on fixed task inputs: the trajectory,
-on which "keeps" and "weakens" are read.
+on which "keeps" and "weakens" are read. The command also runs the position probes of the
+probes chapter on every trained model (``probe_record``), so that chapter's trained section
+reads the study's models with the model as the unit.
 
 It trains longer than a chapter may, so it runs by hand, one file per task, with one command::
 
     python -m nopelib.trained_study --tasks reversal indexing
 
 which writes ``book/results/trained_<profile>_<task>.json``. Every run goes through the run
-cache, so an interrupted study resumes where it stopped and a rerun only rewrites the files.
+cache, so an interrupted study resumes where it stopped, and a rerun whose runs all come from
+the cache rewrites the files, keeping the provenance of the invocation that trained them
+(``trained_by``) beside its own.
 """
 
 from __future__ import annotations
@@ -24,17 +28,45 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import pandas as pd
 import torch
 
 from nopelib import claims, results
 from nopelib.launch import train_many
+from nopelib.probe import RidgeConfig
+from nopelib.probe_study import task_sequences, trained_study
 from nopelib.profiles import PROFILES, TrainProfile, check_seed, get_profile
 from nopelib.runs import TrainedRun
 from nopelib.tasks import TASKS, get_task
 from nopelib.train import TRAJECTORY_SEED
 
 
-def run_record(run: TrainedRun) -> dict:
+PROBE_W = 4  # the probes' window: features per position (addition's sequences are short)
+PROBE_SEEDS = (0, 1, 2)  # probe seeds (split, random units) per trained model
+PROBE_FIT_TOKENS = 8_000  # probed tokens in each fitting split, the same for every task
+PROBE_COLUMNS = ("layer", "features", "seed", "nrmse", "r")
+
+
+def probe_record(run: TrainedRun, fit_tokens: int = PROBE_FIT_TOKENS,
+                 config: RidgeConfig = RidgeConfig()) -> dict:
+    """The probes chapter's comparison on one trained model: every layer and feature set,
+    each probe seed, on the run's own held-out test sequences; and the shuffled-target control
+    at layer 1 (first probe seed)."""
+    task, seed, model = run.metrics["task"], run.metrics["seed"], run.model
+    args = (task, seed, run.profile, fit_tokens, PROBE_W)
+    table = trained_study(*args, list(PROBE_SEEDS), model, config)
+    control = trained_study(*args, list(PROBE_SEEDS[:1]), model, config, shuffle=True)
+    ids, _ = task_sequences(task, seed, run.profile, fit_tokens, PROBE_W, config)
+
+    def rows(frame: pd.DataFrame) -> list[dict]:
+        return [{k: (v if isinstance(v, str) else float(v) if k in ("nrmse", "r") else int(v))
+                 for k, v in row.items()} for row in frame[list(PROBE_COLUMNS)].to_dict("records")]
+
+    return {"w": PROBE_W, "fit_tokens": fit_tokens, "n_sequences": len(ids),
+            "probe_seeds": list(PROBE_SEEDS), "rows": rows(table), "shuffled": rows(control)}
+
+
+def run_record(run: TrainedRun, probe_fit_tokens: int = PROBE_FIT_TOKENS) -> dict:
     """One run as the study file holds it: accuracy on the whole test split, budget, where its
     learning curve reached the learnedness line for good, and its trajectory."""
     m, prof = run.metrics, run.profile
@@ -51,14 +83,16 @@ def run_record(run: TrainedRun) -> dict:
         "scores_init": m["scores_init"], "scores_after": curve["scores"][-1],
         "trajectory": {name: curve[name] for name in
                        ("step", "accuracy", "val_accuracy", "loss", "scores") if name in curve},
+        "probes": probe_record(run, probe_fit_tokens),
     }
 
 
 def run_study(profile: str | TrainProfile, tasks: Sequence[str], seeds: Sequence[int],
-              device: str = "auto", workers: int | None = None
-              ) -> tuple[dict[str, list[dict]], int]:
+              device: str = "auto", workers: int | None = None,
+              probe_fit_tokens: int = PROBE_FIT_TOKENS) -> tuple[dict[str, list[dict]], int]:
     """Train (or load) every (task, seed) of ``profile`` in one pool; per task, the run
-    records (``run_record``), and how many runs came from the cache."""
+    records (``run_record``, with probes fitted on ``probe_fit_tokens`` tokens), and how many
+    runs came from the cache."""
     prof = get_profile(profile)
     for task in tasks:
         get_task(task)
@@ -68,8 +102,23 @@ def run_study(profile: str | TrainProfile, tasks: Sequence[str], seeds: Sequence
         raise ValueError(f"profile={prof.name!r} records no trajectory (n_trajectory=0)")
     runs = train_many([(t, s) for t in tasks for s in seeds], prof, device=device,
                       workers=workers)
-    by_task = {task: [run_record(runs[task, s]) for s in seeds] for task in tasks}
+    by_task = {task: [run_record(runs[task, s], probe_fit_tokens) for s in seeds]
+               for task in tasks}
     return by_task, sum(run.from_cache for run in runs.values())
+
+
+def trained_by(path: Path, records: list[dict], now: dict) -> dict:
+    """The provenance of the invocation that trained ``records``' runs: the one in ``path``
+    when that file holds the same runs (same cache keys), else this invocation's own."""
+    mine = {k: v for k, v in now.items() if k != "trained_by"}
+    if not path.is_file():
+        return mine
+    try:
+        old = results.load(path)
+    except results.ResultsError:
+        return mine
+    same = [r.get("key") for r in old["runs"]] == [r["key"] for r in records]
+    return old["provenance"].get("trained_by", old["provenance"]) if same else mine
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -85,15 +134,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=None,
                         help="training processes on the CPU (default: one per core)")
     args = parser.parse_args(argv)
-    from nopelib.params import SEED, Device, Int, ListOf, check_args
+    from nopelib.params import SEED, Device, Int, check_args
 
-    check_args(parser, {
-        "--seeds": (args.seeds, ListOf(SEED, unique=True, max_len=20, why=(
-            "each seed trains one run per task, up to ~35 min on one core for the study "
-            "profile"))),
+    check_args(parser, {  # exit 2 now, not after hours of training
+        "--seeds": (args.seeds, SEED),
         "--device": (args.device, Device()),
         "--workers": (args.workers, Int(min=1, max=256, why="one process per core")),
     })
+    if args.seeds is not None and len(set(args.seeds)) != len(args.seeds):
+        parser.error(f"--seeds {args.seeds} names a seed twice")
     if not args.out_dir.is_dir():
         parser.error(f"--out-dir={str(args.out_dir)!r} is not a folder")
     prof = get_profile(args.profile)
@@ -111,6 +160,7 @@ def main(argv: list[str] | None = None) -> None:
             "runs": records,
         }
         out = args.out_dir / f"trained_{prof.name}_{task}.json"
+        doc["provenance"]["trained_by"] = trained_by(out, records, doc["provenance"])
         results.write(out, doc, "trained")
         print(f"wrote {out}: {len(records)} runs, accuracy "
               + ", ".join(f"{r['accuracy']:.4f}" for r in records))

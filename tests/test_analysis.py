@@ -141,7 +141,7 @@ def test_slider_frames_match_similarity_matrices() -> None:
 
 
 def test_adjacency_score_with_diagonal_matches_its_definition() -> None:
-    from nopelib.analysis import adjacency_score_with_diagonal
+    from nopelib.metrics import adjacency_score_with_diagonal
     rng = np.random.default_rng(0)
     C = rng.normal(size=(3, 9, 9))
     C[:, range(9), range(9)] = 1.0

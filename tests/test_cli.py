@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from nopelib import bench, budget, grid, kernels, params, recipe
+from nopelib import bench, grid, kernels, params, recipe, trained_study
 
 
 class Started(Exception):
@@ -27,7 +27,7 @@ def no_work(monkeypatch):
         raise Started
 
     for module, name in ((grid, "run_grid"), (recipe, "run_study"),
-                         (budget, "run_budget_study"), (bench, "run"), (kernels, "run_set")):
+                         (trained_study, "run_study"), (bench, "run"), (kernels, "run_set")):
         monkeypatch.setattr(module, name, start)
 
 
@@ -40,7 +40,7 @@ def place(tmp_path: Path) -> Path:
 
 
 MAINS: dict[str, Callable[[list[str]], object]] = {
-    "grid": grid.main, "recipe": recipe.main, "budget": budget.main, "bench": bench.main,
+    "grid": grid.main, "recipe": recipe.main, "trained_study": trained_study.main, "bench": bench.main,
     "kernels": kernels.main}
 
 BAD = [  # (command, its arguments in folder d, what stderr must say)
@@ -66,18 +66,14 @@ BAD = [  # (command, its arguments in folder d, what stderr must say)
     ("recipe", lambda d: ["--out", f"{d}/r.json", "--seeds", str(2**32)],
      [f"--seeds {2**32}", f"<= {2**32 - 1}"]),
     ("recipe", lambda d: ["--out", f"{d}/adir"], ["--out", "is an existing folder"]),
-    ("budget", lambda d: ["--out", f"{d}/b.json", "--task", "reversal", "--steps", "2000", "100"],
-     ["--steps 100 is not allowed", ">= 201", "200 warm-up steps"]),
-    ("budget", lambda d: ["--out", f"{d}/b.json", "--task", "reversal", "--steps", str(10**9)],
-     ["--steps 1000000000", "<= 100000", "~3 h per run"]),
-    ("budget", lambda d: ["--out", f"{d}/b.json", "--task", "reversal", "--steps", "2000",
-                          "--n-analysis", "0"], ["--n-analysis 0", ">= 1"]),
-    ("budget", lambda d: ["--out", f"{d}/b.json", "--task", "reversal", "--steps", "2000",
-                          "--n-analysis", "100000"], ["--n-analysis 100000", "~16 min at 4096"]),
-    ("budget", lambda d: ["--out", f"{d}/b.json", "--task", "reversal", "--steps", "2000",
-                          "--seeds", str(2**64)], [f"--seeds {2**64}", "32-bit seed"]),
-    ("budget", lambda d: ["--out", f"{d}/afile/x/b.json", "--task", "reversal", "--steps", "2000"],
-     ["{d}/afile is not a folder"]),
+    ("trained_study", lambda d: ["--tasks", "reversal", "--seeds", "0", "0"],
+     ["--seeds", "twice"]),
+    ("trained_study", lambda d: ["--tasks", "reversal", "--seeds", str(2**64)],
+     [f"--seeds {2**64}", "32-bit seed"]),
+    ("trained_study", lambda d: ["--tasks", "reversal", "--workers", "0"],
+     ["--workers 0 is not allowed", ">= 1"]),
+    ("trained_study", lambda d: ["--tasks", "reversal", "--out-dir", f"{d}/afile"],
+     ["--out-dir", "is not a folder"]),
     ("bench", lambda d: ["--json", f"{d}/adir"], ["--json", "is an existing folder"]),
     ("bench", lambda d: ["--json", f"{d}/afile/bench.json"], ["{d}/afile is not a folder"]),
     ("kernels", lambda d: ["--out", f"{d}/afile"],
@@ -128,8 +124,8 @@ GOOD = [  # arguments that must pass the checks (the work then starts: the stub 
                         "--gpu-fraction", "1"]),
     ("recipe", lambda d: ["--out", f"{d}/adir/r.json", "--seeds", "0", str(2**32 - 1),
                           "--scale", "4"]),
-    ("budget", lambda d: ["--out", f"{d}/b.json", "--task", "reversal", "--steps", "2000", "2500",
-                          "--seeds", "0", "1", "--n-analysis", "64"]),
+    ("trained_study", lambda d: ["--tasks", "reversal", "ordering", "--seeds", "0", "1",
+                                 "--out-dir", f"{d}/adir", "--workers", "2"]),
     ("bench", lambda d: ["--small", "--json", f"{d}/new/bench.json"]),
     ("kernels", lambda d: ["--out", f"{d}/adir"]),
     ("kernels", lambda d: ["--out", f"{d}/new/sets"]),

@@ -15,7 +15,7 @@ import torch
 from nopelib import results, profiles
 from nopelib import runs as rc
 from nopelib import cache
-from nopelib import analysis, grid, viz
+from nopelib import analysis, grid, metrics, tasks, viz
 
 
 @pytest.fixture(autouse=True)
@@ -53,8 +53,8 @@ def test_tiny_grid_writes_a_summary_and_resumes(tmp_path, capsys):
     # a row's "before" scores are those of the seed's initial model, recomputed here
     row = runs.iloc[-1]
     prof = next(p for p in tiny.profiles if p.name == row["profile"])
-    texts = analysis.sample_inputs(row["task"], tiny.n_inputs, seed=0)
-    before = analysis.layer_scores(analysis.random_model(prof.model, int(row["seed"])), texts)
+    texts = tasks.sample_inputs(row["task"], tiny.n_inputs, seed=0)
+    before = metrics.layer_scores(analysis.random_model(prof.model, int(row["seed"])), texts)
     assert np.allclose(row["adjacency_before"], before.mean(axis=0), atol=1e-6)
     assert row["adjacency_before"] != row["adjacency_after"]  # training changed the model
     # again: every run comes from the cache, the same numbers

@@ -24,23 +24,20 @@ def test_tagged_outputs(tmp_path):
     assert kernels.tagged_outputs(path) == ["a  cosine\nb  cannot tell"]
 
 
-def _result(accuracy: float, verdict: str, passed: bool = True, tagged: str = "x") -> dict:
-    claim = dict(task="reversal", reading="layer 1 at least 0.8", verdict=verdict, mean=0.9,
-                 lo=0.85, hi=0.95)
-    return {"env": {}, "summary": {"capability": "AVX512", "learned": ["reversal"],
-                                   "accuracy": {"reversal seed 0": accuracy},
-                                   "claims": [claim]},
+def _result(accuracy: float, inside: bool, passed: bool = True, tagged: str = "x") -> dict:
+    run = dict(accuracy=accuracy, steps=3000, learned=accuracy >= 0.9, inside=inside)
+    return {"env": {}, "summary": {"capability": "AVX512", "runs": {"reversal seed 0": run}},
             "chapters": {"trained": {"passed": passed, "seconds": 1.0, "error": "",
                                      "tagged": [tagged]}}}
 
 
 def test_compare_passes_only_when_everything_agrees():
-    ok, report = kernels.compare({"native": _result(1.0, "holds"),
-                                  "avx2": _result(0.99, "holds")})
-    assert ok and "PASSED" in report and "1.0000 | 0.9900" in report
-    assert not kernels.compare({"native": _result(1.0, "holds"),
-                                "avx2": _result(1.0, "cannot tell")})[0]
-    assert not kernels.compare({"native": _result(1.0, "holds"),
-                                "avx2": _result(1.0, "holds", passed=False)})[0]
-    assert not kernels.compare({"native": _result(1.0, "holds"),
-                                "avx2": _result(1.0, "holds", tagged="y")})[0]
+    ok, report = kernels.compare({"native": _result(1.0, True), "avx2": _result(0.99, True)})
+    assert ok and "PASSED" in report and "1.0000 in 3,000 steps" in report
+    assert "0.9900 in 3,000 steps" in report
+    assert not kernels.compare({"native": _result(1.0, True), "avx2": _result(1.0, False)})[0]
+    assert not kernels.compare({"native": _result(1.0, True), "avx2": _result(0.5, True)})[0]
+    assert not kernels.compare({"native": _result(1.0, True),
+                                "avx2": _result(1.0, True, passed=False)})[0]
+    assert not kernels.compare({"native": _result(1.0, True),
+                                "avx2": _result(1.0, True, tagged="y")})[0]

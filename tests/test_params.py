@@ -269,8 +269,6 @@ BOUNDS = [  # (chapter, parameters, what the error must name, its estimate), one
     ("probes", {"grid_lengths": list(range(32, 49))}, "grid_lengths=", "~3 s at T = 128"),
     ("probes", {"grid_seeds": list(range(101))}, "grid_seeds=", "~15 min at 100"),
     ("probes", {"grid_fit_tokens": 10**9}, "grid_fit_tokens=", "~6 GB at 100,000"),
-    ("probes", {"trained_probe_seeds": list(range(101))}, "trained_probe_seeds=",
-     "~2 min at 100"),
 ]
 
 
@@ -286,7 +284,7 @@ def test_a_size_beyond_its_bound_is_refused_with_the_estimate(monkeypatch, chapt
 
 
 SEEDS = [("trained", "seeds", [0, 2**64]), ("probes", "model_seeds", [0, 1, 2, 3, 2**32]),
-         ("probes", "grid_seeds", [-1]), ("probes", "trained_probe_seeds", [SEED_MAX + 1])]
+         ("probes", "grid_seeds", [-1])]
 
 
 @pytest.mark.parametrize("chapter, name, seeds", SEEDS, ids=[n for _, n, _ in SEEDS])

@@ -7,20 +7,22 @@ import torch
 
 from nopelib.analysis import random_model
 from nopelib.metrics import cosine_similarity_matrix, embedding_variance
-from nopelib.probe import (
+from nopelib.probe_study import (
     CHAPTER_PARAMS,
-    FEATURE_SETS,
-    ProbeConfig,
-    RidgeConfig,
     metric_intervals,
     paired_differences,
-    probe_model,
-    sequences_for,
     random_study,
+    sequences_for,
     task_sequences,
     trained_study,
     verdict_layers,
     with_interval,
+)
+from nopelib.probe import (
+    FEATURE_SETS,
+    ProbeConfig,
+    RidgeConfig,
+    probe_model,
     cosine_window_features,
     features,
     fit_probe,
@@ -264,15 +266,24 @@ def test_sequences_for_gives_the_fitting_tokens():
     assert sequences_for(1000, 20, 5, config) < sequences_for(2000, 20, 5, config)
 
 
-def test_task_sequences_are_held_out_examples():
-    prof = PROFILES["cpu"]
-    ids, lengths = task_sequences("addition", 0, "cpu", 30)
-    test = make_split("addition", 0, n_train=prof.n_train, n_test=prof.n_test).test[:30]
-    assert ids.shape[0] == 30 and lengths.shape == (30,)
-    for row, length, (text, answer) in zip(ids.tolist(), lengths, test):
-        assert decode(row[:length]) == text + answer
-    with pytest.raises(ValueError, match="n="):
-        task_sequences("addition", 0, "cpu", 0)
+def test_task_sequences_are_held_out_examples_giving_the_fitting_tokens():
+    prof, config, w = PROFILES["cpu"], RidgeConfig(), 4
+    fit_frac = (1 - config.test_frac) * (1 - config.val_frac)
+    counts = {}
+    for task in ("addition", "reversal"):
+        ids, lengths = task_sequences(task, 0, "cpu", 500, w, config)
+        n = len(ids)
+        test = make_split(task, 0, n_train=prof.n_train, n_test=prof.n_test).test[:n]
+        assert lengths.shape == (n,)
+        for row, length, (text, answer) in zip(ids.tolist(), lengths, test):
+            assert decode(row[:length]) == text + answer
+        probed = np.clip(lengths - w, 0, None)
+        # just enough sequences: one fewer would not give the fitting tokens on average
+        assert probed.sum() * fit_frac >= 500 > probed[:-1].sum() * fit_frac
+        counts[task] = n
+    assert counts["addition"] > counts["reversal"]  # shorter sequences, more of them
+    with pytest.raises(ValueError, match="fit_tokens=0"):
+        task_sequences("addition", 0, "cpu", 0, w, config)
 
 
 def _table(d_nrmse: list[float], d_r: list[float]) -> "pd.DataFrame":
@@ -340,13 +351,13 @@ def test_random_study_is_the_model_probed_with_its_control():
 def test_trained_study_reads_the_task_sequences():
     model = random_model(seed=0, **TINY)
     config = RidgeConfig(n_random=16)
-    table = trained_study("reversal", 0, "cpu", 60, 2, [0, 1], model, config)
+    table = trained_study("reversal", 0, "cpu", 600, 2, [0, 1], model, config)
     assert set(table.layer) == set(range(TINY["n_layer"] + 1)) and set(table.seed) == {0, 1}
-    ids, lengths = task_sequences("reversal", 0, "cpu", 60)
+    ids, lengths = task_sequences("reversal", 0, "cpu", 600, 2, config)
     alone = probe_model(model, ids, [2], seeds=[0, 1], config=config, lengths=lengths)
     np.testing.assert_allclose(table[["nrmse", "r"]].to_numpy(),
                                alone[["nrmse", "r"]].to_numpy())
-    control = trained_study("reversal", 0, "cpu", 60, 2, [0], model, config, shuffle=True)
+    control = trained_study("reversal", 0, "cpu", 600, 2, [0], model, config, shuffle=True)
     assert set(control.layer) == {1} and len(control) == len(FEATURE_SETS)
 
 

@@ -12,33 +12,33 @@ from nopelib import results
 
 def test_every_committed_result_is_valid(monkeypatch):
     names = results.check_all()
-    assert {"recipe_addition_reversal.json", "budget_reversal.json"} <= set(names)
+    assert {"recipe_addition_reversal.json", "recipe_indexing_ordering.json"} <= set(names)
     # found from the package, whatever the working directory
     monkeypatch.chdir("/")
-    assert results.load("budget_reversal.json")["runs"]
+    assert results.load("recipe_addition_reversal.json")["runs"]
 
 
-def _budget() -> dict:
-    return json.loads((results.RESULTS_DIR / "budget_reversal.json").read_text())
+def _recipe() -> dict:
+    return json.loads((results.RESULTS_DIR / "recipe_addition_reversal.json").read_text())
 
 
 @pytest.mark.parametrize("where, value, field", [
     (("runs", 0, "accuracy"), float("nan"), "runs[0].accuracy"),
     (("runs", 0, "accuracy"), 7.0, "runs[0].accuracy"),
     (("runs", 1, "accuracy"), "1.0", "runs[1].accuracy"),
-    (("runs", 0, "after"), [0.5, float("nan"), 0.7, 0.8, 0.9], "runs[0].after"),
+    (("runs", 0, "curve"), {"step": [1, 2], "accuracy": [0.5, float("nan")]}, "runs[0].curve"),
     (("runs", 0, "seed"), -1, "runs[0].seed"),
     (("runs", 0, "task"), "rev", "runs[0].task"),
     (("provenance", "wall_seconds"), -3, "provenance.wall_seconds"),
     (("provenance", "commit"), "HEAD", "provenance.commit"),
 ])
 def test_damage_is_refused_naming_file_and_field(tmp_path, where, value, field):
-    doc = _budget()
+    doc = _recipe()
     target = doc
     for key in where[:-1]:
         target = target[key]
     target[where[-1]] = value
-    path = tmp_path / "budget_edited.json"
+    path = tmp_path / "recipe_edited.json"
     path.write_text(json.dumps(doc))
     with pytest.raises(results.ResultsError) as err:
         results.load(path)
@@ -46,20 +46,20 @@ def test_damage_is_refused_naming_file_and_field(tmp_path, where, value, field):
 
 
 def test_missing_fields_broken_json_and_bad_names(tmp_path):
-    doc = _budget()
-    del doc["runs"][2]["before"]
-    path = tmp_path / "budget_x.json"
+    doc = _recipe()
+    del doc["runs"][2]["pos_encoding"]
+    path = tmp_path / "recipe_x.json"
     path.write_text(json.dumps(doc))
-    with pytest.raises(results.ResultsError, match=r"runs\[2\].before is missing"):
+    with pytest.raises(results.ResultsError, match=r"runs\[2\].pos_encoding is missing"):
         results.load(path)
     path.write_text('{"provenance": ')
-    with pytest.raises(results.ResultsError, match="budget_x.json: cannot be read as JSON"):
+    with pytest.raises(results.ResultsError, match="recipe_x.json: cannot be read as JSON"):
         results.load(path)
     with pytest.raises(results.ResultsError, match="must start with"):
         results.load(tmp_path / "notes.json")
-    os.mkfifo(tmp_path / "budget_fifo.json")  # read as a file, never hangs
+    os.mkfifo(tmp_path / "recipe_fifo.json")  # read as a file, never hangs
     with pytest.raises(results.ResultsError, match="not a regular file"):
-        results.load(tmp_path / "budget_fifo.json")
+        results.load(tmp_path / "recipe_fifo.json")
 
 
 def test_a_recipe_whose_profile_cannot_rebuild_is_refused(tmp_path):

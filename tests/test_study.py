@@ -15,7 +15,9 @@ import pandas as pd
 import pytest
 
 from nopelib import claims, results, study
-from nopelib.analysis import LEARNED_AT, layer_scores, random_model, sample_inputs
+from nopelib.analysis import LEARNED_AT, random_model
+from nopelib.metrics import layer_scores
+from nopelib.tasks import sample_inputs
 from nopelib.model import GPTConfig
 from nopelib.profiles import PROFILES
 from nopelib.tasks import make_split, majority_baseline

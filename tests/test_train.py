@@ -18,7 +18,8 @@ import nopelib.train as tr
 from nopelib import launch, profiles
 from nopelib import runs as rc
 from nopelib.model import GPT, GPTConfig
-from nopelib.analysis import layer_scores, random_model
+from nopelib.analysis import random_model
+from nopelib.metrics import layer_scores
 from nopelib.tasks import (EOS_ID, MAX_SEQ_LEN, TASKS, VOCAB, encode, encode_batch, get_task,
                            make_split, sample_inputs)
 
@@ -563,6 +564,24 @@ def test_the_trajectory_scores_the_fixed_inputs_from_initialisation_on():
     bad = {**m, "accuracy": 0.5, "n_test": 1, "seed": 2, "task": "indexing",
            "curve": {**m["curve"], "scores": m["curve"]["scores"][:1]}}
     assert "curve.scores" in rc.metrics_problem(bad)
+
+
+def test_scoring_the_trajectory_leaves_the_run_as_it_would_be_unscored():
+    # numba's OpenMP start-up resets the thread count torch uses: scoring a run along its
+    # training must neither change the run's bits nor the threads it trains on
+    plain = replace(ADAPTIVE, steps=15, stop_at=1.0, n_trajectory=0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        m0, a = tr.train("ordering", 0, plain, torch.device("cpu"), progress=False)
+        m1, b = tr.train("ordering", 0, replace(plain, n_trajectory=4), torch.device("cpu"),
+                         progress=False)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+    assert a["loss_curve"] == b["loss_curve"]
+    for p0, p1 in zip(m0.parameters(), m1.parameters()):
+        assert torch.equal(p0, p1)
 
 
 def test_batched_seeds_refuse_a_budget_that_follows_progress():

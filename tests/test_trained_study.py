@@ -24,13 +24,18 @@ def _cache_in_tmp(tmp_path, monkeypatch):
 
 
 def test_a_tiny_study_writes_a_valid_file_whose_trajectory_the_claims_read(tmp_path):
-    by_task, from_cache = ts.run_study(TINY, ["ordering"], [0, 1], device="cpu", workers=1)
+    by_task, from_cache = ts.run_study(TINY, ["ordering"], [0, 1], device="cpu", workers=1,
+                                        probe_fit_tokens=100)
     assert from_cache == 0 and [r["seed"] for r in by_task["ordering"]] == [0, 1]
     for run in by_task["ordering"]:
         t = run["trajectory"]
         assert t["step"][-1] == run["steps"] and len(t["scores"]) == len(t["step"])
         assert run["scores_after"] == t["scores"][-1]
         assert len(run["scores_init"]) == TINY.model.n_layer + 1
+        probes = run["probes"]
+        assert {r["layer"] for r in probes["rows"]} == set(range(TINY.model.n_layer + 1))
+        assert {r["seed"] for r in probes["rows"]} == set(ts.PROBE_SEEDS)
+        assert {r["layer"] for r in probes["shuffled"]} == {1}
     doc = {"provenance": results.provenance("test", [], 0.0, profile=TINY.name,
                                             training=TINY.record()),
            "runs": by_task["ordering"]}
@@ -38,12 +43,14 @@ def test_a_tiny_study_writes_a_valid_file_whose_trajectory_the_claims_read(tmp_p
     results.write(path, doc, "trained")
     assert results.load(path)["runs"] == json.loads(json.dumps(by_task["ordering"]))
     # a second study loads every run from the cache
-    again, from_cache = ts.run_study(TINY, ["ordering"], [0, 1], device="cpu", workers=1)
+    again, from_cache = ts.run_study(TINY, ["ordering"], [0, 1], device="cpu", workers=1,
+                                        probe_fit_tokens=100)
     assert from_cache == 2 and again == by_task
 
 
 def test_an_edited_trajectory_is_refused(tmp_path):
-    by_task, _ = ts.run_study(TINY, ["reversal"], [0], device="cpu", workers=1)
+    by_task, _ = ts.run_study(TINY, ["reversal"], [0], device="cpu", workers=1,
+                                probe_fit_tokens=100)
     run = by_task["reversal"][0]
     bad = {**run, "trajectory": {**run["trajectory"],
                                  "scores": run["trajectory"]["scores"][:-1]}}

@@ -1,0 +1,192 @@
+"""The probe studies the probes chapter runs, and how their tables are summarised and judged.
+
+``nopelib.probe`` is the probe (features, fits, every layer of a model); this module holds
+what the chapter and the trained-model study do with it: the inputs a study probes (random
+token sequences for a random model, a trained run's own held-out sequences, as many as give a
+fixed number of fitting tokens), one call per study (``random_study``, ``trained_study``), and
+the tables the chapter reads (``summary``, ``paired_differences``, ``metric_intervals``, and
+the verdict wording). The chapter's parameters and their rules (``CHAPTER_PARAMS``) are here
+too, so that its check cell stays short.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import pandas as pd
+import torch
+
+from nopelib.analysis import random_model
+from nopelib.model import GPT, GPTConfig
+from nopelib.params import SEED, Choice, Int, ListOf
+from nopelib.probe import (FEATURE_SETS, ProbeConfig, RidgeConfig, model_states, probe_layers,
+                           probe_model, random_token_sequences, window_positions)
+from nopelib.profiles import PROFILES, TrainProfile, get_profile
+from nopelib.stats import t_interval
+from nopelib.tasks import CHARS, TASKS, encode_batch, make_split
+
+
+def _is_count(value: object) -> bool:
+    """A positive integer of any integer type (numpy's too), but not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+
+
+def sequences_for(n_tokens: int, T: int, w: int, config: RidgeConfig | ProbeConfig) -> int:
+    """How many length-T sequences give at least ``n_tokens`` probed tokens to the fit split
+    (positions w..T-1, after the test and validation sequences are held out)."""
+    if not _is_count(n_tokens):
+        raise ValueError(f"n_tokens={n_tokens!r} must be a positive integer")
+    fit_frac = (1 - config.test_frac) * (1 - config.val_frac)
+    return int(np.ceil(n_tokens / (fit_frac * len(window_positions(T, w))))) + 2
+
+
+def task_sequences(task: str, seed: int, profile: str | TrainProfile, fit_tokens: int, w: int,
+                   config: RidgeConfig | ProbeConfig) -> tuple[torch.Tensor, np.ndarray]:
+    """The first test examples of a trained run as the model saw sequences in training (input,
+    answer; teacher forcing), as many as give ``fit_tokens`` probed tokens (positions w..)
+    to the fit split on average, whatever the task's lengths: right-padded ids [n, T] and real
+    lengths [n]. These are held out from training but in distribution: format, lengths and
+    tokens of the task."""
+    prof = get_profile(profile)
+    if not _is_count(fit_tokens):
+        raise ValueError(f"fit_tokens={fit_tokens!r} must be a positive integer")
+    test = make_split(task, seed, n_train=prof.n_train, n_test=prof.n_test).test
+    lengths = np.array([len(x) + len(a) for x, a in test])  # the end token is never an input
+    fit_frac = (1 - config.test_frac) * (1 - config.val_frac)
+    probed = np.cumsum(np.clip(lengths - w, 0, None))  # [n_test]
+    n = int(np.searchsorted(probed, fit_tokens / fit_frac)) + 1
+    if n > len(test):
+        raise ValueError(f"fit_tokens={fit_tokens:,} needs more than the {len(test):,} test "
+                         f"sequences of {task} at w={w}")
+    idx, _ = encode_batch(test[:n])  # [n, T]
+    return idx, lengths[:n]
+
+
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Mean and sample std over seeds of NRMSE and R: one row per layer, columns per feature set."""
+    stats = table.groupby(["layer", "features"])[["nrmse", "r"]].agg(["mean", "std"])
+    return stats.unstack("features")
+
+
+def paired_differences(table: pd.DataFrame, unit: str | list[str] = "seed",
+                       a: str = "cosine", b: str = "variance") -> pd.DataFrame:
+    """Feature set ``a`` minus ``b`` for NRMSE and R, paired within each (layer, ``unit``) (same
+    model, data and split; ``unit`` may name several columns, e.g. model and probe seed): one
+    row per pair, columns layer, the unit columns, d_nrmse, d_r."""
+    keys = ["layer", *([unit] if isinstance(unit, str) else unit)]
+    wide = table[table.features.isin([a, b])].pivot_table(
+        index=keys, columns="features", values=["nrmse", "r"])
+    if wide.isna().any().any() or {a, b} - set(wide.columns.get_level_values(1)):
+        raise ValueError(f"every (layer, {unit}) needs both {a!r} and {b!r} rows")
+    return pd.DataFrame({"d_nrmse": wide[("nrmse", a)] - wide[("nrmse", b)],
+                         "d_r": wide[("r", a)] - wide[("r", b)]}).reset_index()
+
+
+def metric_intervals(table: pd.DataFrame, unit: str = "seed",
+                     level: float = 0.95) -> pd.DataFrame:
+    """Mean NRMSE and R per (layer, feature set) over models (``unit``; rows of one model,
+    e.g. its probe seeds, are averaged first), each with its Student t interval at ``level``
+    (``stats.t_interval``): columns nrmse, nrmse lo, nrmse hi, r, r lo, r hi, n."""
+    per_unit = table.groupby(["layer", "features", unit], as_index=False)[["nrmse", "r"]].mean()
+    rows = []
+    for (layer, kind), group in per_unit.groupby(["layer", "features"]):
+        row = dict(layer=layer, features=kind, n=len(group))
+        for metric in ("nrmse", "r"):
+            mean, lo, hi = t_interval(group[metric].to_numpy(), level)
+            row.update({metric: mean, f"{metric} lo": lo, f"{metric} hi": hi})
+        rows.append(row)
+    return pd.DataFrame(rows).set_index(["layer", "features"])
+
+
+# ---------------------------------------------------------------------------------------------
+# the probes chapter: its parameters, its two studies and how it reports them
+
+# The probes chapter's parameters (its ``parameters`` cell: edit the two together). Upper
+# bounds: rough costs on the 2-core development machine (one probe study at the defaults:
+# ~25 s, 1.7 GB peak), far above the defaults; the reason is in each message.
+CHAPTER_PARAMS = {
+    "profile": Choice(PROFILES),
+    "tasks": ListOf(Choice(TASKS), unique=True),
+    "model_seeds": ListOf(SEED, unique=True, min_len=5, max_len=100,
+                          why="each seed is one probe study: ~25 s at the defaults, ~40 min "
+                              "at 100"),
+    "w": Int(min=1, max=1023, why="below T, which is at most 1024"),
+    "T": Int(min=2, max=1024, why="a batch of up to 256 sequences holds 6 x T^2 float32 "
+             "of attention per sequence: 6.4 GB at T = 1024").where(
+        lambda t, p: t > p["w"], "greater than w"),
+    "n_fit_tokens": Int(min=100, max=100_000, why="a study holds ~60 kB of states and "
+                        "features per fitting token (1.7 GB peak at 21,600) and takes ~1.2 s "
+                        "per 1,000: ~6 GB and ~2 min per study at 100,000"),
+    "grid_windows": ListOf(Int(min=1, max=1023, why="below every grid length, at most 1024"),
+                           unique=True, max_len=16,
+                           why="each window adds one probe fit per layer to every grid study "
+                               "(~0.5 s each)"),
+    "grid_lengths": ListOf(Int(min=2, max=1024, why="as T: 6.4 GB of attention at 1024"),
+                           unique=True, max_len=16,
+                           why="each length adds one study per grid seed (~3 s at T = 128)"
+                           ).where(lambda ts, p: min(ts) > max(p["grid_windows"]),
+                                   "each greater than every grid window"),
+    "grid_seeds": ListOf(SEED, unique=True, max_len=100,
+                         why="each seed adds one study per grid length (3 at the defaults, "
+                             "~3 s each): ~15 min at 100"),
+    "grid_fit_tokens": Int(min=100, max=100_000, why="as n_fit_tokens: ~60 kB per fitting "
+                           "token, ~6 GB at 100,000"),
+}
+
+
+def random_study(seed: int, T: int, windows: list[int], fit_tokens: int,
+                 config: RidgeConfig, shuffle_layers: tuple[int, ...] = (),
+                 layers: list[int] | None = None, kinds: tuple[str, ...] = FEATURE_SETS,
+                 **model: object) -> pd.DataFrame:
+    """Probe table of the random model of ``seed`` (GPTConfig overrides in ``model``) at
+    ``layers`` (all: None) with ``kinds``, and the shuffled-target control at
+    ``shuffle_layers`` from the same forward pass.
+
+    The model reads i.i.d. uniform sequences of ``T`` characters, as many as give each probe
+    ``fit_tokens`` fitting tokens at the largest window (``sequences_for``), drawn with
+    ``seed``, which also seeds the probe. One row per (w, layer, features, seed) with columns
+    nrmse, r, w and shuffled (True for the control's rows, fitted at the first window)."""
+    n_seq = sequences_for(fit_tokens, T, max(windows), config)
+    ids = random_token_sequences(n_seq, T, CHARS, seed=seed)  # [n_seq, T]
+    net = random_model(seed=seed, block_size=max(T, GPTConfig().block_size), **model)
+    states = model_states(net, ids)  # [L+1, n_seq, T, d]
+    tables = [probe_layers(states, w, [seed], kinds, layers, config)
+              .assign(w=w, shuffled=False) for w in windows]
+    if shuffle_layers:
+        control = probe_layers(states, windows[0], [seed], layers=list(shuffle_layers),
+                               config=config, shuffle_targets=True)
+        tables.append(control.assign(w=windows[0], shuffled=True))
+    return pd.concat(tables, ignore_index=True)
+
+
+def trained_study(task: str, seed: int, profile: str | TrainProfile, fit_tokens: int, w: int,
+                  probe_seeds: list[int], model: GPT, config: RidgeConfig,
+                  shuffle: bool = False) -> pd.DataFrame:
+    """Probe table of one trained model (the run of ``task`` and ``seed`` under ``profile``)
+    on its own held-out test sequences (``task_sequences``: the same number of fitting tokens
+    for every task), window ``w``, every layer and feature set, one fit per probe seed; with
+    ``shuffle``, the shuffled-target control at layer 1 instead."""
+    ids, lengths = task_sequences(task, seed, profile, fit_tokens, w, config)  # [n, T], [n]
+    return probe_model(model, ids, [w], seeds=probe_seeds, config=config,
+                       lengths=lengths, layers=[1] if shuffle else None,
+                       shuffle_targets=shuffle)
+
+
+LAYER_VERDICTS = ("cosine", "variance", "cannot tell")
+
+
+def verdict_layers(comp: pd.DataFrame) -> str:
+    """Markdown: the layers of ``claims.probe_claims``'s table (one group, indexed by layer)
+    at each verdict, e.g. "**cosine** at layers 1, 2; **variance** at layers none; ..."."""
+    by_verdict = {v: list(comp.index[comp.verdict == v]) for v in LAYER_VERDICTS}
+    return "; ".join(f"**{v}** at layers {', '.join(map(str, ls)) or 'none'}"
+                     for v, ls in by_verdict.items())
+
+
+def with_interval(ci: pd.DataFrame) -> pd.DataFrame:
+    """``metric_intervals``'s table as text, "mean [lo, hi]" per metric (nrmse, r), with the
+    same index."""
+    return pd.DataFrame({m: [f"{a:.3f} [{lo:.3f}, {hi:.3f}]"
+                             for a, lo, hi in ci[[m, f"{m} lo", f"{m} hi"]].to_numpy()]
+                         for m in ("nrmse", "r")}, index=ci.index)
