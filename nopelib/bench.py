@@ -36,7 +36,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from unittest import mock
 
 import numba
 import numpy as np
@@ -44,8 +43,8 @@ import pandas as pd
 import torch
 
 from nopelib.analysis import long_sequence, random_model, similarity_matrices
-from nopelib.cache import commit_file
-from nopelib.memo import MEMO_ENV
+from nopelib.bench_chapters import bench_chapters
+from nopelib.bench_report import format_table, write_json
 from nopelib.metrics import adjacency_score, adjacency_score_reference
 from nopelib.model import GPTConfig
 from nopelib.params import OutPath, check_args
@@ -344,51 +343,6 @@ def bench_evaluation(sizes: Sizes, device: torch.device) -> dict:
     return {"config": prof.model.to_dict(), "n_pairs": sizes.eval_n, "rows": rows}
 
 
-def toc_chapters(toc: Path = ROOT / "_toc.yml") -> list[Path]:
-    """The notebooks listed in ``_toc.yml``, in reading order."""
-    import yaml  # the bench extra (pip install .[bench]); every module imports without it
-
-    files = [entry["file"] for entry in yaml.safe_load(toc.read_text())["chapters"]]
-    return [ROOT / f"{f}.ipynb" for f in files if (ROOT / f"{f}.ipynb").is_file()]
-
-
-def _execute(path: Path, timeout_s: int, memo_on: bool) -> tuple[float, str]:
-    """Wall seconds and status of executing one notebook with nbclient, as the book build
-    does, cwd = its folder. (Under papermill the averaging chapter's ipywidgets cell did not
-    finish when this was written.)"""
-    import nbclient  # the bench extra
-    import nbformat
-
-    nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=timeout_s, kernel_name="python3",
-                                     resources={"metadata": {"path": str(path.parent)}})
-    start = time.perf_counter()
-    # the kernel inherits this environment; patch.dict restores it afterwards
-    with mock.patch.dict(os.environ, {MEMO_ENV: "1" if memo_on else "0"}):
-        try:
-            client.execute()
-            status = "ok"
-        except Exception as exc:
-            last = str(exc).strip().splitlines()[-1][:200]
-            status = f"failed: {type(exc).__name__}: {last}"
-    return time.perf_counter() - start, status
-
-
-def bench_chapters(timeout_s: int = 3600) -> dict:
-    """Wall time of executing each chapter with its default parameters: every study computed
-    (results cache off), then a rerun with the studies read from the results cache."""
-    rows = []
-    for path in toc_chapters():
-        computed_s, status = _execute(path, timeout_s, memo_on=False)
-        fill_s, fill_status = _execute(path, timeout_s, memo_on=True)  # fills the results cache
-        rerun_s, rerun_status = _execute(path, timeout_s, memo_on=True)
-        bad = [s for s in (status, fill_status, rerun_status) if s != "ok"]
-        rows.append({"chapter": path.stem, "wall_s": computed_s, "fill_s": fill_s,
-                     "rerun_s": rerun_s, "speedup": _ratio(computed_s, rerun_s),
-                     "status": bad[0] if bad else "ok"})
-    return {"note": "trained runs come from the nopelib run cache when it is warm", "rows": rows}
-
-
 def _loadavg() -> list[float]:
     return list(os.getloadavg()) if hasattr(os, "getloadavg") else []
 
@@ -432,53 +386,6 @@ def run(small: bool = False, device: str = "auto", chapters: bool | None = None)
     result["meta"]["loadavg_end"] = _loadavg()
     result["meta"]["total_s"] = time.perf_counter() - start
     return result
-
-
-def write_json(result: dict, path: str | Path) -> None:
-    """Write atomically (``cache.commit_file``: a fresh temporary name beside the target, then
-    renamed; missing folders are created). The text is made first: a NaN fails here, before
-    any file is touched."""
-    commit_file(Path(path), json.dumps(result, indent=1, allow_nan=False).encode())
-
-
-def _section(out: list[str], title: str, sec: dict, columns: list[str]) -> None:
-    """Append a section: its title, then its error, "skipped", or a table of the ``columns``
-    of its rows ("-" where a row lacks one)."""
-    out.append(f"\n[{title}]")
-    if "error" in sec or sec.get("skipped"):
-        out.append(sec.get("error", "skipped"))
-    else:
-        rows = pd.DataFrame(sec["rows"]).reindex(columns=columns)
-        out.append(rows.to_string(index=False, na_rep="-", float_format="{:.4g}".format))
-
-
-def format_table(result: dict) -> str:
-    """The result as readable text tables."""
-    m, ext, adj, par = result["meta"], result["extraction"], result["adjacency"], result["parallel"]
-    ev, pr = result["evaluation"], result["probe"]
-    out = [f"nopelib benchmark  device={m['device']}  torch={m['torch']}  "
-           f"threads={m['torch_threads']}  small={m['small']}  "
-           f"load avg start={m['loadavg_start']} end={m.get('loadavg_end')}"]
-    for name, sec in result["train"].items():
-        _section(out, f"train: {name}, batch {sec.get('batch_size')}, T per task "
-                 f"{sec.get('seq_len')}", sec, ["name", "step_ms", "step_ms_min", "step_ms_max",
-                                                "tokens_per_s", "speedup", "compile_s", "status"])
-    _section(out, f"extraction: {ext.get('n_sequences')} task inputs", ext,
-             ["name", "seq_per_s", "speedup"])
-    _section(out, f"adjacency_score: all layers of one sequence, numba threads "
-             f"{adj.get('numba_threads')}", adj,
-             ["T", "numba_s", "reference_s", "speedup_vs_reference", "mean_score"])
-    _section(out, f"parallel: cpu profile, {len(par.get('runs', []))} runs of "
-             f"{par.get('steps')} steps", par, ["name", "wall_s", "speedup"])
-    _section(out, f"evaluation: cpu model, {ev.get('n_pairs')} test pairs per task", ev,
-             ["task", "greedy_s", "teacher_forced_s", "speedup", "accuracy_greedy",
-              "accuracy_teacher_forced"])
-    _section(out, f"probe: {pr.get('n_sequences')} sequences of T={pr.get('T')}, window "
-             f"{pr.get('w')}, layer 1", pr, ["name", "seconds", "selected"])
-    _section(out, "chapters", result["chapters"],
-             ["chapter", "wall_s", "fill_s", "rerun_s", "speedup", "status"])
-    out.append(f"\ntotal {m.get('total_s', 0):.1f} s")
-    return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -322,10 +322,12 @@ def check_args(parser: argparse.ArgumentParser, checks: Mapping[str, tuple[Any, 
         parser.error("\n  ".join(problems))
 
 
-def check_training_time(profile: Any, n_runs: int, device: str = "auto") -> None:
+def check_training_time(profile: Any, n_runs: int, device: str = "auto",
+                        run_seconds: float | None = None) -> None:
     """Refuse, before any work, CPU training expected to take over SLOW_HOURS, unless
     $NOPELIB_ALLOW_SLOW=1 (then warn with the expected time). ``profile`` is a profile name or a
-    ``TrainProfile``; the estimate is ``launch.expected_cpu_seconds`` on one process per core."""
+    ``TrainProfile``; one run takes ``run_seconds`` on one thread (a measured time, e.g. the
+    committed study's), else ``launch.expected_cpu_seconds``, on one process per core."""
     from nopelib.launch import expected_cpu_seconds
     from nopelib.profiles import get_profile
     from nopelib.train import resolve_device
@@ -333,11 +335,12 @@ def check_training_time(profile: Any, n_runs: int, device: str = "auto") -> None
     if resolve_device(device).type != "cpu" or n_runs < 1:
         return
     prof = get_profile(profile)
-    hours = expected_cpu_seconds(prof) * math.ceil(n_runs / (os.cpu_count() or 1)) / 3600
+    per_run = expected_cpu_seconds(prof) if run_seconds is None else run_seconds
+    hours = per_run * math.ceil(n_runs / (os.cpu_count() or 1)) / 3600
     if hours <= SLOW_HOURS:
         return
     message = (f"profile={prof.name!r} trains {n_runs} run(s) on the CPU in about {hours:.0f} h "
-               f"({os.cpu_count()} cores)")
+               f"({os.cpu_count()} cores)" + (" as measured" if run_seconds is not None else ""))
     if os.environ.get(ALLOW_SLOW_ENV) == "1":
         warnings.warn(message, stacklevel=2)
         return

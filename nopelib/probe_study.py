@@ -12,6 +12,7 @@ too, so that its check cell stays short.
 from __future__ import annotations
 
 import numbers
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -171,6 +172,20 @@ def trained_study(task: str, seed: int, profile: str | TrainProfile, fit_tokens:
     return probe_model(model, ids, [w], seeds=probe_seeds, config=config,
                        lengths=lengths, layers=[1] if shuffle else None,
                        shuffle_targets=shuffle)
+
+
+def committed_probes(docs: Mapping[str, Mapping], tasks: Sequence[str],
+                     shuffled: bool = False) -> pd.DataFrame:
+    """The position probes the trained-model study committed for every run of ``tasks``
+    (``docs``: ``study.load_study``'s files), one row per (task, model seed, layer, feature
+    set, probe seed) with nrmse, r and the window w; ``shuffled``: the shuffled-target
+    control's rows instead."""
+    rows = [{"task": task, "model_seed": run["seed"], "w": run["probes"]["w"], **row}
+            for task in tasks for run in docs[task]["runs"]
+            for row in run["probes"]["shuffled" if shuffled else "rows"]]
+    if not rows:
+        raise ValueError(f"no committed probes for tasks {list(tasks)}")
+    return pd.DataFrame(rows)
 
 
 LAYER_VERDICTS = ("cosine", "variance", "cannot tell")

@@ -2,10 +2,11 @@
 
 A profile (``TrainProfile``) holds everything that decides a run besides its task and seed:
 the model configuration, the optimiser and schedule, the data sizes, the evaluation and the
-learning curve, and each task's own budget. ``PROFILES`` names the ones the book uses: ``cpu``
-trains on a 2-core CPU in about 17 minutes cold, ``paper`` is the base 10.6 M model with a
-budget meant for one GPU. The studies derive their profiles with methods (``scaled``,
-``with_steps``, ``sized``, ``batched``), so a derived profile has one name wherever it is made.
+learning curve, and each task's own budget. ``PROFILES`` names the ones the book uses:
+``study`` is the trained-model study's (five seeds, a budget that follows progress), ``cpu``
+the recipe study's fixed-budget profile, ``paper`` the base 10.6 M model with a budget meant
+for one GPU. The studies derive their profiles with methods (``scaled``, ``sized``,
+``batched``), so a derived profile has one name wherever it is made.
 Nothing else in the package branches on a profile's name.
 """
 
@@ -159,19 +160,6 @@ class TrainProfile:
                                for task, steps, *rest in self.task_budgets),
             curve_every=self.curve_every or max(1, self.steps // 10))
 
-    def with_steps(self, task: str, steps: int) -> TrainProfile:
-        """The budget study's profile: ``task`` trains ``steps`` steps (its own batch size and
-        learning rate kept), everything else as here; the profile's own budget is itself."""
-        own = self.for_task(task)
-        if type(steps) is not int or steps <= self.warmup_steps:
-            raise ValueError(f"steps={steps!r} must be an integer greater than the profile's "
-                             f"warmup_steps={self.warmup_steps}")
-        if steps == own.steps:
-            return self
-        others = tuple(b for b in self.task_budgets if b[0] != task)
-        return replace(self, name=f"{self.name}-{task}-{steps}-steps",
-                       task_budgets=others + ((task, steps, own.batch_size, own.lr),))
-
     def sized(self, n_layer: int, n_embd: int) -> TrainProfile:
         """A grid configuration: another depth and width; the profile's own size is itself,
         so its runs are the chapters' own."""
@@ -222,7 +210,8 @@ class TrainProfile:
 
 
 PROFILES: dict[str, TrainProfile] = {
-    # The default, in the paper's regime on a 2-core CPU: a 4-layer, 96-wide NoPE model
+    # The recipe study's profile (book/results/recipe_*.json; the trained chapter reads the
+    # study profile below), in the paper's regime on a 2-core CPU: a 4-layer, 96-wide NoPE model
     # (0.45 M parameters) whose initialisation shows the adjacency pattern (the token
     # embedding's std is 0.002, so the averaging theory's ratio rho is small; see the trained
     # chapter), 3 seeds (the fewest for which a t interval over seeds can decide), evaluated

@@ -1,11 +1,11 @@
 """The committed result files under ``book/results``: their provenance, writer and loader.
 
-A study that runs by hand (``nopelib.recipe``, ``nopelib.budget``, ``nopelib.grid``) commits a
+A study that runs by hand (``nopelib.trained_study``, ``nopelib.recipe``, ``nopelib.grid``) commits a
 small JSON file with its provenance; the chapters draw from it. A file edited by hand, or
 broken by a merge, must not turn into a wrong verdict (a NaN accuracy that flips "learned", a
 string printed as a number), nor fail after a chapter's 20 minutes of training with a bare
 ``KeyError``. So every file is read through ``load``: its kind comes from its name
-(``recipe_*``, ``budget_*``, ``grid_*``), it is checked against that kind's schema (required
+(``trained_*``, ``recipe_*``, ``grid_*``), it is checked against that kind's schema (required
 fields, types, ranges, finiteness, lists of one length) and any problem raises ResultsError
 naming the file and the field. The folder is found from the package, not the working
 directory, so a papermill run from anywhere finds the committed studies. ``check_all`` reads
@@ -36,7 +36,7 @@ from nopelib.profiles import TrainProfile
 from nopelib.tasks import TASKS
 
 RESULTS_DIR = cache.PACKAGE_DIR.parent / "book" / "results"
-KINDS = ("recipe", "budget", "grid", "trained")
+KINDS = ("recipe", "grid", "trained")
 MAX_BYTES = 64 * 2**20  # a committed result is kilobytes to a few megabytes
 
 
@@ -78,8 +78,6 @@ PROVENANCE: dict[str, tuple[Check, str]] = {
 EXTRA_PROVENANCE: dict[str, dict[str, tuple[Check, str]]] = {
     "recipe": {"profile": (_text, "a profile name"), "scale": (_int(1), "an integer >= 1"),
                "training": (lambda v: isinstance(v, dict), "the profile's fields")},
-    "budget": {"profile": (_text, "a profile name"),
-               "profile_steps": (_int(1), "an integer >= 1")},
     "grid": {"grid": (_text, "a grid name"), "backend": (_text, "a backend name")},
     "trained": {"profile": (_text, "a profile name"),
                 "training": (lambda v: isinstance(v, dict), "the profile's fields")},
@@ -95,9 +93,6 @@ EXTRA_RUN: dict[str, dict[str, tuple[Check, str]]] = {
     "recipe": {"steps": (_int(1), "an integer >= 1"),
                "pos_encoding": (_text, "a position encoding"),
                "curve": (lambda v: isinstance(v, dict), "an object with step and accuracy")},
-    "budget": {"steps": (_int(1), "an integer >= 1"),
-               "before": (_scores, "a list of >= 2 scores in [0, 1]"),
-               "after": (_scores, "a list of >= 2 scores in [0, 1]")},
     "grid": {"n_layer": (_int(1), "an integer >= 1"), "n_embd": (_int(1), "an integer >= 1"),
              "adjacency_before": (_scores, "a list of >= 2 scores in [0, 1]"),
              "adjacency_after": (_scores, "a list of >= 2 scores in [0, 1]")},
@@ -151,8 +146,6 @@ def validate(doc: Any, kind: str, name: str = "result") -> dict:
                     and all(_number(0.0, 1.0)(a) for a in acc)):
                 raise ResultsError(f"{where}.curve: step and accuracy must be lists of one "
                                    "length, of positive steps and accuracies in [0, 1]")
-        if kind == "budget" and len(run["before"]) != len(run["after"]):
-            raise ResultsError(f"{where}: before and after must score the same layers")
         if kind == "grid" and len(run["adjacency_before"]) != run["n_layer"] + 1:
             raise ResultsError(f"{where}.adjacency_before must hold n_layer + 1 scores")
         if kind == "trained":

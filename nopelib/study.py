@@ -174,15 +174,20 @@ def majority_shares(prof: TrainProfile, tasks: Sequence[str],
 
 
 def verdict_summary(verdicts: pd.DataFrame) -> str:
-    """Markdown: one item per row of ``claims.claim_table`` (with a ``paper`` column), the
-    weakest test as evidence, and how many readings go against the paper."""
-    lines = [f"- **{r['task']}**, {r['claim']} ({r['reading']}): **{r['verdict']}** "
+    """Markdown: one item per row of ``claims.claim_table`` (with a ``paper`` column, and a
+    ``standing`` one when the table may be exploratory), the weakest test as evidence, and how
+    many readings go against the paper."""
+    exploratory = "standing" in verdicts and (verdicts["standing"] != "verdict").any()
+    tag = " (exploratory)" if exploratory else ""
+    lines = [f"- **{r['task']}**, {r['claim']} ({r['reading']}): **{r['verdict']}**{tag} "
              f"(paper: {r['paper']}); weakest layer {r['weakest_layer']}: "
              f"{r['mean']:.3f}, interval [{r['lo']:.3f}, {r['hi']:.3f}] "
              f"at level {r['level']:.4f}, {r['n']} seeds."
              for _, r in verdicts.iterrows()]
     against = verdicts[verdicts.verdict == "fails"]
-    lines.append(f"\nAgainst the paper: {len(against)} of {len(verdicts)} readings"
+    lead = ("Exploratory, not a verdict (no task meets the margin rule): against the paper "
+            if exploratory else "Against the paper: ")
+    lines.append(f"\n{lead}{len(against)} of {len(verdicts)} readings"
                  + (": " + "; ".join(f"{r.task}, {r.reading}"
                                      for r in against.itertuples())
                     if len(against) else "") + ".")
@@ -206,6 +211,15 @@ def load_study(profile: str, tasks: Sequence[str]) -> tuple[dict[str, dict], lis
     return docs, [t for t in tasks if t not in docs]
 
 
+def live_seconds(profile: str, tasks: Sequence[str]) -> float | None:
+    """The longest training time (seconds, one thread) of the committed study's runs of
+    ``tasks``: what a live run of them is expected to take; None without a committed study
+    (a budget that follows progress has no fixed cost to estimate)."""
+    docs, _ = load_study(profile, tasks)
+    times = [r["train_seconds"] for doc in docs.values() for r in doc["runs"]]
+    return max(times) if times else None
+
+
 def study_table(docs: Mapping[str, Mapping]) -> pd.DataFrame:
     """One row per committed run: task, seed, exact match on the whole test split, its size,
     the steps trained, the step where the validation split reached the profile's level
@@ -221,14 +235,15 @@ def study_table(docs: Mapping[str, Mapping]) -> pd.DataFrame:
 
 
 def study_accuracy(table: pd.DataFrame, n_test: int,
-                   baselines: Mapping[str, float]) -> pd.DataFrame:
+                   baselines: Mapping[str, float] | None = None) -> pd.DataFrame:
     """Per task of ``study_table``: exact match per seed (columns ``seed s``), the lowest,
     the task's majority-answer share (``baselines``), whether the task is learned (``analysis.is_learned``) and whether every run is past its
     plateau with the claim rule's margin (``with margin``): the tasks judged are both."""
     acc = table.pivot(index="task", columns="seed", values="accuracy")
     acc.columns = [f"seed {s}" for s in acc.columns]
     acc["lowest"] = acc.min(axis=1)
-    acc["majority"] = [baselines[t] for t in acc.index]
+    if baselines is not None:
+        acc["majority"] = [baselines[t] for t in acc.index]
     acc["learned"] = [is_learned(g.to_dict("records"), n_test)
                       for _, g in table.groupby("task")]
     acc["with margin"] = table.groupby("task")["with_margin"].all()

@@ -1,8 +1,9 @@
 """Closed forms of the averaging effect, and a residual-stream model of the layer-1 score.
 
 Everything here is a formula, or a Monte Carlo of one (``simulate_averaged``,
-``null_attention_checks``): no model is built or run. The studies that set these closed forms
-beside random models live in ``nopelib.theory_studies``.
+``null_attention_checks``): no model is built or run. The layer-1 score of a whole
+configuration from its initialisation is ``nopelib.theory_config``; the studies that set these
+closed forms beside random models live in ``nopelib.theory_studies``.
 
 Positions are 1-based in every formula here (position k averages the value vectors 1..k).
 
@@ -32,24 +33,20 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-if TYPE_CHECKING:  # the closed forms read a configuration's fields; they build no model
-    from nopelib.model import GPTConfig
-
 LN_EPS = 1e-5  # torch.nn.LayerNorm's default epsilon, used by every LayerNorm of the model
 
 
-def _check_positive_int(name: str, value: int) -> None:
+def check_positive_int(name: str, value: int) -> None:
     if not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name}={value!r} must be a positive integer")
 
 
 def _positions(T: int) -> np.ndarray:
-    _check_positive_int("T", T)
+    check_positive_int("T", T)
     return np.arange(1, T + 1, dtype=np.float64)
 
 
@@ -124,7 +121,7 @@ def simulate_averaged(n_draws: int, T: int, d: int, seed: int = 0, mean: float =
     equal tokens share one value vector, as they do in a model.
     """
     for name, value in (("n_draws", n_draws), ("T", T), ("d", d)):
-        _check_positive_int(name, value)
+        check_positive_int(name, value)
     rng = np.random.default_rng(seed)
     if tokens is None:
         u = rng.normal(mean, 1 / math.sqrt(d), size=(n_draws, T, d))
@@ -175,7 +172,7 @@ def embedding_ratio(
 ) -> np.ndarray:
     """rho = |e| / |u| = sigma sqrt(d) / value_scale(sigma): the residual's token term over the
     averaged term's per-token scale. It tends to sqrt(d eps)/s_inf as sigma -> 0, not to 0."""
-    _check_positive_int("d", d)
+    check_positive_int("d", d)
     return np.asarray(sigma, dtype=np.float64) * math.sqrt(d) / value_scale(sigma, s_inf, eps)
 
 
@@ -193,7 +190,7 @@ def predicted_row_scores(tokens: Sequence[int], rho: float, d: int) -> np.ndarra
 
     Each comparison (k; i < j) counts with P(C_kj > C_ki) (``comparison_probabilities``).
     """
-    _check_positive_int("d", d)
+    check_positive_int("d", d)
     K = residual_gram(tokens, rho)
     T = K.shape[0]
     if T < 3:
@@ -298,9 +295,9 @@ def null_attention_checks(token_seqs: Sequence[Sequence[int]], n_models: int, d:
     below "cos_mean", 0 on average: the null of the shrinkage that non-uniform attention
     causes, read where the null scatters least}.
     """
-    _check_positive_int("n_models", n_models)
-    _check_positive_int("n_rep", n_rep)
-    _check_positive_int("d", d)
+    check_positive_int("n_models", n_models)
+    check_positive_int("n_rep", n_rep)
+    check_positive_int("d", d)
     lengths = sorted({len(t) for t in token_seqs})
     if len(lengths) != 1 or lengths[0] < 3:
         raise ValueError(f"token_seqs must be sequences of one length >= 3; got lengths {lengths}")
@@ -348,7 +345,7 @@ def attention_logit_variance(d: int, init_std: float = 0.02) -> float:
     fixed query, q.k_m / sqrt(d_h) over keys m has variance |q|^2 init_std^2 d / d_h, and
     E|q|^2 = d_h init_std^2 d. The head size cancels.
     """
-    _check_positive_int("d", d)
+    check_positive_int("d", d)
     return (init_std**2 * d) ** 2
 
 
@@ -360,7 +357,7 @@ def predicted_shrinkage(T: int, logit_var: float) -> float:
     per query, so |a_k|^2 grows by g_k = 1 + v (1 - 1/k) while E<a_i, a_j> does not, and
     C[k, k+1] shrinks by the factor (g_k g_{k+1})^(-1/2).
     """
-    _check_positive_int("T", T)
+    check_positive_int("T", T)
     if not (logit_var >= 0 and math.isfinite(logit_var)):
         raise ValueError(f"logit_var={logit_var!r} must be a finite number >= 0")
     k = np.arange(1, T + 1)
@@ -387,70 +384,6 @@ def layer0_expected_score(tokens: Sequence[int]) -> float:
     return float(np.mean(np.bincount(k, weights=p, minlength=t.size)[2:] / pairs))
 
 
-# The layer-1 score of any configuration from the initialisation alone (no measured number)
-#
-# One token's value vector is u = W_P W_V LN_1(e). LN_1(e) has norm sqrt(d) sigma_e /
-# sqrt(sigma_e^2 + eps) and no common mean (LayerNorm removes it); W_V (std sigma_V) scales a
-# norm by sigma_V sqrt(d), and c_proj (std sigma_P / sqrt(2L)) by sigma_P sqrt(d / (2L)). So
-#     s_inf = sigma_V sigma_P d^{3/2} / sqrt(2L),  rho = sigma_e sqrt(2L) / (sigma_V sigma_P d)
-# for sigma_e^2 >> eps. A mean mu of the embedding stays in the residual stream as the vector
-# mu 1, the same at every position, of squared norm mu^2 d: in units of s^2 it adds the
-# constant M = mu^2 d / s^2 to every entry of the mean Gram matrix, and M times sums of K to
-# the covariance of its fluctuations (``comparison_probabilities``).
-
-
-def init_scales(config: GPTConfig) -> dict[str, float]:
-    """Standard deviations and mean of the weights that set block 1's scales.
-
-    {"sigma_e": token embedding std, "mu": its mean, "sigma_v": W_V's std, "sigma_p": c_proj's
-    std before nanoGPT's 1/sqrt(2L), "sigma_qk": W_Q's and W_K's std}. Raises for a nonzero mean
-    of every weight (init_target "all"), which the closed forms do not reach.
-    """
-    if config.init_target == "embedding":
-        return {"sigma_e": config.init_std, "mu": config.init_mean, "sigma_v": 0.02,
-                "sigma_p": 0.02, "sigma_qk": 0.02}
-    if config.init_mean != 0.0:
-        raise ValueError(f"init_mean={config.init_mean!r} with init_target='all': a mean on "
-                         "every weight is outside the closed forms (allowed: init_mean=0, or "
-                         "init_target='embedding')")
-    s = config.init_std
-    return {"sigma_e": s, "mu": 0.0, "sigma_v": s, "sigma_p": s, "sigma_qk": s}
-
-
-def attention_logit_scale(config: GPTConfig) -> float:
-    """Std of block 1's attention logits, sigma_qk^2 d: q and k have coordinates of std
-    sigma_qk sqrt(d), and q.k / sqrt(d_head) sums d_head of their products. Attention is near
-    uniform, as the averaging effect assumes, while this is well below 1."""
-    return init_scales(config)["sigma_qk"] ** 2 * config.n_embd
-
-
-def closed_form_value_scale(config: GPTConfig) -> float:
-    """s_inf of block 1 from the initialisation alone: sigma_V sigma_P d^{3/2} / sqrt(2L)."""
-    sc = init_scales(config)
-    return sc["sigma_v"] * sc["sigma_p"] * config.n_embd**1.5 / math.sqrt(2 * config.n_layer)
-
-
-def closed_form_ratio(config: GPTConfig, eps: float = LN_EPS) -> float:
-    """rho = |e| / |u| of block 1 from the initialisation alone (``embedding_ratio`` with the
-    closed-form s_inf); sigma_e sqrt(2L) / (sigma_V sigma_P d) when sigma_e^2 >> eps."""
-    sigma = init_scales(config)["sigma_e"]
-    return float(embedding_ratio(sigma, closed_form_value_scale(config), config.n_embd, eps))
-
-
-def sample_triples(T: int, n: int, seed: int = 0) -> np.ndarray:
-    """n comparisons (k, i, j), i < j < k, 0-based: k uniform over rows 2..T-1, the pair uniform
-    within the row, so their mean estimates the score's mean of row means: [n, 3]."""
-    _check_positive_int("n", n)
-    if T < 3:
-        raise ValueError(f"T={T!r} must be >= 3 (rows k >= 2 have earlier pairs)")
-    rng = np.random.default_rng(seed)
-    k = rng.integers(2, T, size=n)
-    a = rng.integers(0, k)
-    b = rng.integers(0, k - 1)
-    b = b + (b >= a)  # a second position, distinct from a
-    return np.stack([k, np.minimum(a, b), np.maximum(a, b)], axis=1)
-
-
 def comparison_probabilities(K: np.ndarray, triples: np.ndarray, d: int,
                              common: float = 0.0) -> np.ndarray:
     """P(C_kj > C_ki) for each comparison (k, i, j) of triples [N, 3] (0-based): [N].
@@ -461,7 +394,7 @@ def comparison_probabilities(K: np.ndarray, triples: np.ndarray, d: int,
     W = dD/dG (symmetric, 3 x 3) and w = W 1 its variance is
     (2 tr(W K W K) + 4 common w'Kw) / d (the d coordinates as i.i.d. Gaussian).
     """
-    _check_positive_int("d", d)
+    check_positive_int("d", d)
     if not (common >= 0 and math.isfinite(common)):
         raise ValueError(f"common={common!r} must be a finite number >= 0")
     Kc = K[triples[:, :, None], triples[:, None, :]]  # [N, 3, 3] covariance on (k, i, j)
@@ -481,44 +414,3 @@ def comparison_probabilities(K: np.ndarray, triples: np.ndarray, d: int,
            + 4 * common * np.einsum("na,nab,nb->n", w, Kc, w)) / d
     z = (c_kj - c_ki) / np.sqrt(np.maximum(var, 1e-300))
     return torch.special.ndtr(torch.from_numpy(z)).numpy()
-
-
-def predict_config_score(config: GPTConfig, token_seqs: Sequence[Sequence[int]],
-                         max_triples: int = 200_000, seed: int = 0) -> float:
-    """Predicted layer-1 adjacency score of a random model of ``config``, mean over sequences.
-
-    Everything comes from the configuration: rho from ``closed_form_ratio``, the common vector
-    from the embedding mean, the width d; no score or activation is measured. Each sequence's
-    score is the mean of its row scores, computed over every comparison when there are at most
-    ``max_triples`` of them and estimated from ``max_triples`` sampled ones otherwise. Deeper
-    layers are outside the model (it describes block 1 only). Raises where the closed forms do
-    not reach (``init_scales``) or attention is far from uniform (logit std above 1).
-    """
-    if len(token_seqs) == 0:
-        raise ValueError("token_seqs must hold at least one sequence")
-    logits = attention_logit_scale(config)
-    if logits > 1.0:
-        raise ValueError(f"init_std={config.init_std!r}, n_embd={config.n_embd!r}: attention "
-                         f"logits of std {logits:.3g} (> 1) are far from uniform, outside the "
-                         "averaging effect")
-    sc = init_scales(config)
-    d = config.n_embd
-    rho = closed_form_ratio(config)
-    s = float(value_scale(sc["sigma_e"], closed_form_value_scale(config)))
-    common = sc["mu"] ** 2 * d / s**2
-    scores = []
-    for n, tokens in enumerate(token_seqs):
-        T = len(tokens)
-        if T < 3:
-            raise ValueError(f"token_seqs[{n}] has length {T}; need >= 3")
-        K = residual_gram(tokens, rho)
-        if T * (T - 1) * (T - 2) // 6 <= max_triples:
-            idx = all_triples(T)
-            p = comparison_probabilities(K, idx, d, common)
-            k = idx[:, 0]
-            pairs = np.arange(2, T) * np.arange(1, T - 1) / 2  # C(k, 2) in row k
-            scores.append(np.mean(np.bincount(k, weights=p, minlength=T)[2:] / pairs))
-        else:
-            idx = sample_triples(T, max_triples, seed=seed + n)
-            scores.append(comparison_probabilities(K, idx, d, common).mean())
-    return float(np.mean(scores))

@@ -25,9 +25,10 @@ from nopelib.metrics import adjacency_row_scores, adjacency_score, cosine_simila
 from nopelib.model import GPT, GPTConfig
 from nopelib.stats import normal_interval, pooled_sd, seed_interval
 from nopelib.tasks import encode, encode_inputs
-from nopelib.theory import (closed_form_ratio, coincidence_counts, embedding_ratio,
-                            gram_cosine, layer0_expected_score, predict_config_score,
-                            predict_layer1_score, residual_gram, sigma_at_level)
+from nopelib.theory import (coincidence_counts, embedding_ratio, gram_cosine,
+                            layer0_expected_score, predict_layer1_score, residual_gram,
+                            sigma_at_level)
+from nopelib.theory_config import closed_form_ratio, predict_config_score
 from nopelib.params import Choice, Float, Int, ListOf
 from nopelib.tasks import TASKS
 
@@ -112,7 +113,7 @@ def block1_three_scores(model: GPT, texts: Sequence[str]) -> np.ndarray:
     """Layer-1 scores of e, e + a and h1 for each text: [len(texts), 3].
 
     One right-padded batch serves every length: with causal attention a text's positions never
-    see the padding after them (``analysis.layer_scores`` relies on the same fact); only float
+    see the padding after them (``metrics.layer_scores`` relies on the same fact); only float
     rounding differs from a batch per length, which can flip a near-tie of repeated tokens.
     """
     out = np.empty((len(texts), 3))

@@ -29,7 +29,7 @@ from nopelib.tasks import (EOS_ID, IGNORE_INDEX, MAX_SEQ_LEN, encode, encode_bat
                            encode_inputs, make_split, sample_inputs)
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
-TRAJECTORY_SEED = 12345  # the trajectory inputs: analysis.sample_inputs(task, n, 12345)
+TRAJECTORY_SEED = 12345  # the trajectory inputs: tasks.sample_inputs(task, n, 12345)
 
 
 def resolve_device(device: str = "auto") -> torch.device:

@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 import torch
 
+from nopelib.metrics import layer_scores, length_groups
 from nopelib.analysis import (LEARNED_AT, band_region, config_scores, is_learned, layer_matrix,
-                              layer_mean_std, layer_scores, length_groups, length_scores,
+                              layer_mean_std, length_scores,
                               lift_over_layer0, long_sequence, mean_std_table,
                               paired_difference, permutation_gap, random_model,
                               reading_means, rise_to_last_layer, sample_inputs, seed_series,

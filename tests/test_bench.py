@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from nopelib import bench
+from nopelib import bench, bench_chapters, bench_report
 
 SECTIONS = ("meta", "train", "extraction", "adjacency", "parallel", "evaluation", "probe", "chapters")
 
@@ -130,42 +130,42 @@ def test_chapter_execution_passes_the_results_cache_switch(tmp_path, monkeypatch
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(
         "import os\n"
-        f"assert os.environ['{bench.MEMO_ENV}'] == os.environ['EXPECTED'], os.environ['{bench.MEMO_ENV}']")]
+        f"assert os.environ['{bench_chapters.MEMO_ENV}'] == os.environ['EXPECTED'], os.environ['{bench_chapters.MEMO_ENV}']")]
     path = tmp_path / "chapter.ipynb"
     nbformat.write(nb, path)
-    monkeypatch.delenv(bench.MEMO_ENV, raising=False)
+    monkeypatch.delenv(bench_chapters.MEMO_ENV, raising=False)
     for memo_on, expected in ((False, "0"), (True, "1")):
         monkeypatch.setenv("EXPECTED", expected)
-        seconds, status = bench._execute(path, timeout_s=120, memo_on=memo_on)
+        seconds, status = bench_chapters.execute(path, timeout_s=120, memo_on=memo_on)
         assert status == "ok" and seconds > 0
-    assert bench.MEMO_ENV not in os.environ  # restored after each execution
+    assert bench_chapters.MEMO_ENV not in os.environ  # restored after each execution
     monkeypatch.setenv("EXPECTED", "1")
-    _, status = bench._execute(path, timeout_s=120, memo_on=False)
+    _, status = bench_chapters.execute(path, timeout_s=120, memo_on=False)
     assert status.startswith("failed: "), status  # the switch really reached the kernel
 
 
 def test_table_shows_every_section_its_errors_and_skips(small):
     result = json.loads(json.dumps(small[0]))  # a copy to alter
-    text = bench.format_table(result)
+    text = bench_report.format_table(result)
     for title in ("[train: tiny", "[extraction:", "[adjacency_score:", "[parallel:", "[evaluation:", "[probe:",
                   "[chapters]"):
         assert title in text, title
     result["probe"] = {"error": "Traceback: probe exploded", "section_s": 0.1}
-    text = bench.format_table(result)
+    text = bench_report.format_table(result)
     assert "Traceback: probe exploded" in text and text.split("[chapters]")[1].strip().startswith("skipped")
 
 
 def test_write_json_is_atomic(tmp_path):
     path = tmp_path / "out.json"
-    bench.write_json({"a": 1}, path)
+    bench_report.write_json({"a": 1}, path)
     with pytest.raises(ValueError):  # NaN is refused: the old file must survive intact
-        bench.write_json({"a": float("nan")}, path)
+        bench_report.write_json({"a": float("nan")}, path)
     assert json.loads(path.read_text()) == {"a": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
 
 
 def test_toc_chapters_are_notebooks_in_the_toc():
-    chapters = bench.toc_chapters()
+    chapters = bench_chapters.toc_chapters()
     toc = (bench.ROOT / "_toc.yml").read_text()
     for path in chapters:
         assert path.suffix == ".ipynb" and path.is_file()

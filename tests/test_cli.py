@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from nopelib import bench, grid, kernels, params, recipe, trained_study
+from nopelib import bench, bench_report, grid, kernels, params, recipe, trained_study
 
 
 class Started(Exception):
@@ -140,7 +140,7 @@ def test_good_arguments_pass(place, command, argv):
 
 def test_the_bench_writer_creates_missing_folders_and_leaves_no_temporary_file(tmp_path):
     path = tmp_path / "a" / "b" / "bench.json"
-    bench.write_json({"x": [1, 2]}, path)
+    bench_report.write_json({"x": [1, 2]}, path)
     assert json.loads(path.read_text()) == {"x": [1, 2]}
     assert [p.name for p in path.parent.iterdir()] == ["bench.json"]
     assert [p.name for p in tmp_path.iterdir()] == ["a"]

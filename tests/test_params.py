@@ -120,12 +120,16 @@ BAD = [  # (chapter, parameters, what the error must name): every finding of iss
     ("random_init", {"grid_widths": [100]}, "grid_widths=[100]"),
     ("random_init", {"init_stds": [0.02, -1.0]}, "init_stds=[0.02, -1.0]"),
     ("random_init", {"init_means": []}, "init_means=[]"),
-    ("trained", {"n_analysis": 0}, "n_analysis=0"),
     ("trained", {"profile": "bogus"}, "profile='bogus'"),
     ("trained", {"tasks": '["nope"]'}, "tasks='[\"nope\"]'"),
-    ("trained", {"seeds": []}, "seeds=[]"),
-    ("trained", {"heatmap_task": "addition", "tasks": ["reversal"]}, "heatmap_task='addition'"),
-    ("trained", {"profile": "paper", "device": "cpu"}, "profile='paper'"),
+    ("trained", {"live_seeds": []}, "live_seeds=[]"),
+    ("trained", {"live_tasks": ["reversal", "ordering"], "tasks": ["reversal"]},
+     "live_tasks=['reversal', 'ordering']"),
+    ("trained", {"heatmap_task": "addition", "live_tasks": ["reversal"]},
+     "heatmap_task='addition'"),
+    ("trained", {"profile": "paper", "device": "cpu", "live_seeds": [0, 1, 2, 3, 4],
+                 "live_tasks": ["addition", "reversal", "indexing", "ordering"]},
+     "profile='paper'"),
     ("averaging_effect", {"archs": [[6, 100]]}, "archs=[[6, 100]]"),
     ("averaging_effect", {"excess_seeds": 0}, "excess_seeds=0"),
     ("random_init", {"level": 1.0}, "level=1.0"),
@@ -256,8 +260,7 @@ BOUNDS = [  # (chapter, parameters, what the error must name, its estimate), one
     ("random_init", {"length_seqs": 33}, "length_seqs=", "~2 min at 32"),
     ("random_init", {"control_vocab": 10**12}, "control_vocab=", "1.6 GB at 2^20"),
     ("random_init", {"control_vocab": 2**20, "lengths": [32, 4096]}, "control_vocab=", "8 GB"),
-    ("trained", {"n_analysis": 10**9}, "n_analysis=", "~16 min at 4096"),
-    ("trained", {"seeds": list(range(51))}, "seeds=", "~4.3 h for 50 seeds"),
+    ("trained", {"live_seeds": list(range(21))}, "live_seeds=", "~35 min on one core"),
     ("probes", {"model_seeds": list(range(101))}, "model_seeds=", "~40 min at 100"),
     ("probes", {"w": 1024, "T": 1024}, "w=1024", "below T, which is at most 1024"),
     ("probes", {"T": 10**7}, "T=10000000", "6.4 GB at T = 1024"),
@@ -283,7 +286,7 @@ def test_a_size_beyond_its_bound_is_refused_with_the_estimate(monkeypatch, chapt
     assert estimate in line, str(err.value)
 
 
-SEEDS = [("trained", "seeds", [0, 2**64]), ("probes", "model_seeds", [0, 1, 2, 3, 2**32]),
+SEEDS = [("trained", "live_seeds", [0, 2**64]), ("probes", "model_seeds", [0, 1, 2, 3, 2**32]),
          ("probes", "grid_seeds", [-1])]
 
 

@@ -1,40 +1,96 @@
-"""Tests of the trained-model study (nopelib.study): the initial pattern, the accuracy and
-plateau tables, the committed recipe and budget studies, the scores before and after
-training, and the chapter's parameter rules. Trained runs are stood in for by objects with
-the metrics a run records (and a random model where one is read), so nothing trains."""
+"""Tests of the trained chapter's computations (nopelib.study): the initial pattern, the
+committed trained-model study's tables and scores, the live reproduction check, the committed
+recipe study, and the chapter's parameter rules. Runs are stood in for by records of the form
+the study commits, so nothing trains."""
 
 from __future__ import annotations
 
 import ast
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from nopelib import claims, results, study
-from nopelib.analysis import LEARNED_AT, random_model
+from nopelib.analysis import random_model
 from nopelib.metrics import layer_scores
 from nopelib.tasks import sample_inputs
 from nopelib.model import GPTConfig
 from nopelib.profiles import PROFILES
-from nopelib.tasks import make_split, majority_baseline
 
 BOOK = Path(__file__).resolve().parents[1] / "book"
 TINY = GPTConfig(n_layer=2, n_head=2, n_embd=32)
 
 
-def _run(accuracy: float, steps: int = 100, curve: list[float] | None = None,
-         model: object = None) -> SimpleNamespace:
-    """A stand-in for a trained run: the metrics ``nopelib.runs`` records, and a model."""
-    curve = curve if curve is not None else [0.0, accuracy]
-    metrics = dict(accuracy=accuracy, n_test=PROFILES["cpu"].n_test, steps=steps,
-                   train_seconds=1.5, step_ms=2.0, device="cpu",
-                   curve=dict(step=list(np.linspace(0, steps, len(curve)).astype(int)),
-                              accuracy=curve))
-    return SimpleNamespace(metrics=metrics, model=model)
+def _record(seed: int, accuracy: float, curve: list[float], layer1: list[float],
+            task: str = "reversal") -> dict:
+    """A stand-in for one run of the committed study (``trained_study.run_record``): a
+    4-step trajectory with the given test exact match and layer-1 scores."""
+    steps = [100, 200, 300, 400]
+    scores = [[0.6 + 0.001 * seed, s1, 0.8 - 0.001 * seed] for s1 in layer1]
+    plateau = claims.past_plateau(steps, curve, 400)
+    return dict(task=task, seed=seed, accuracy=accuracy, n_test=PROFILES["study"].n_test,
+                steps=400, decay_from=200, train_seconds=10.0, key="k",
+                learned_from=plateau["learned_from"], tail=plateau["tail"],
+                scores_init=[0.5, 0.9, 0.9], scores_after=scores[-1],
+                trajectory=dict(step=steps, accuracy=curve, scores=scores))
+
+
+def _docs() -> dict:
+    good = [0.1, 0.95, 0.97, 0.99]
+    return {"reversal": {"runs": [_record(0, 0.99, good, [0.8, 0.9, 0.92, 0.94]),
+                                  _record(1, 0.98, good, [0.8, 0.88, 0.9, 0.92])]},
+            "ordering": {"runs": [_record(0, 0.97, [0.0, 0.2, 0.5, 0.95], [0.8] * 4,
+                                          "ordering"),
+                                  _record(1, 0.6, [0.0, 0.1, 0.3, 0.6], [0.8] * 4,
+                                          "ordering")]}}
+
+
+def test_study_tables_judge_learned_with_margin():
+    table = study.study_table(_docs())
+    assert len(table) == 4 and list(table.columns[:3]) == ["task", "seed", "accuracy"]
+    assert table.with_margin.tolist() == [True, True, False, False]
+    acc = study.study_accuracy(table, PROFILES["study"].n_test,
+                               {"reversal": 0.0, "ordering": 0.1})
+    assert acc.loc["reversal", "learned"] and acc.loc["reversal", "with margin"]
+    assert not acc.loc["ordering", "learned"] and not acc.loc["ordering", "with margin"]
+    assert acc.loc["ordering", "lowest"] == 0.6 and acc.loc["ordering", "majority"] == 0.1
+
+
+def test_study_scores_read_the_learned_phase():
+    before, after, phase = study.study_scores(_docs(), ["reversal"])
+    assert before["reversal"].shape == after["reversal"].shape == (2, 3)
+    # learned for good from step 200: the mean of the last three points
+    np.testing.assert_allclose(phase["reversal"][:, 1], [np.mean([0.9, 0.92, 0.94]),
+                                                         np.mean([0.88, 0.9, 0.92])])
+    np.testing.assert_allclose(after["reversal"][:, 1], [0.94, 0.92])
+    table = study.score_table(before, after, phase, [0, 1, 2])
+    assert list(table.columns) == [("reversal", "before"), ("reversal", "after"),
+                                   ("reversal", "learned phase")]
+    with pytest.raises(ValueError, match="no learned phase"):
+        study.study_scores(_docs(), ["ordering"])
+
+
+def test_reproduction_is_a_prediction_interval_for_one_more_seed():
+    runs = [_record(s, 0.99, [0.1, 0.95, 0.97, 0.99], [0.9] * 3 + [0.9 + 0.01 * s])
+            for s in range(5)]
+    mean = np.mean([0.9 + 0.01 * s for s in range(5)])
+    inside = study.reproduction({"curve": {"scores": [[0.602, mean, 0.798]]}}, runs)
+    assert inside.inside.all() and len(inside) == 3
+    far = study.reproduction({"curve": {"scores": [[0.602, mean + 0.2, 0.798]]}}, runs)
+    assert far.inside.tolist() == [True, False, True]
+    # the interval is wider than the seeds' own range: a sixth seed is not a mean
+    row = inside.iloc[1]
+    assert row.lo < 0.9 and row.hi > 0.94
+
+
+def test_the_committed_study_loads_and_names_what_is_missing():
+    docs, missing = study.load_study("study", ["addition", "reversal", "indexing", "ordering"])
+    assert set(docs) | set(missing) == {"addition", "reversal", "indexing", "ordering"}
+    for task, doc in docs.items():
+        assert {r["task"] for r in doc["runs"]} == {task}
+        assert "trained by `python -m nopelib.trained_study" in study.study_provenance(doc)
 
 
 def test_chapter_params_name_the_parameters_cell():
@@ -59,33 +115,6 @@ def test_initial_pattern_rows():
     measured = np.mean([layer_scores(random_model(TINY, seed=s), texts)[:, 1].mean()
                         for s in (0, 1)])
     assert table.loc["tiny", "measured"] == pytest.approx(measured)
-
-
-def test_run_and_accuracy_tables():
-    prof = PROFILES["cpu"]
-    runs = {("addition", 0): _run(0.95), ("addition", 1): _run(0.5),
-            ("reversal", 0): _run(0.99), ("reversal", 1): _run(0.91)}
-    per_run = study.run_table(runs, prof)
-    assert len(per_run) == 4 and list(per_run.columns[:3]) == ["task", "seed", "accuracy"]
-    test = make_split("addition", 1, n_train=prof.n_train, n_test=prof.n_test).test
-    assert per_run.majority.iloc[1] == majority_baseline(test)[1]
-    acc = study.accuracy_table(per_run, prof, ["reversal", "addition"], [0, 1])
-    assert list(acc.index) == ["reversal", "addition"]
-    assert list(acc.columns) == ["seed 0", "seed 1", "majority", "steps", "n_test",
-                                 "learned", "claim set"]
-    assert acc.learned.tolist() == [True, False]  # every seed must reach LEARNED_AT
-    assert acc["claim set"].tolist() == [t in prof.claim_tasks for t in acc.index]
-
-
-def test_plateau_table():
-    late = [0.0, 0.95, 0.2, 0.8, 0.92]  # back below the line; for good only at the end
-    early = [0.0, 0.95, 0.96, 0.97, 0.99]
-    runs = {("reversal", 0): _run(0.99, 400, early), ("reversal", 1): _run(0.92, 400, late)}
-    table = study.plateau_table(runs, ["reversal"], [0, 1])
-    assert table.learned_from.tolist() == [100, 400]
-    assert table.with_margin.tolist() == [True, False]
-    assert table["tail"].iloc[0] == pytest.approx(0.75)
-    assert study.plateau_table(runs, [], [0, 1]).empty
 
 
 def test_leaves_plateau():
@@ -115,19 +144,6 @@ def test_committed_recipe_studies():
     assert all(line.startswith("- **") and "NoPE" in line for line in summary)
 
 
-def test_scores_before_after_and_table():
-    """A 'trained' model that is its own initialisation scores the same before and after."""
-    runs = {("reversal", s): SimpleNamespace(model=random_model(TINY, seed=s))
-            for s in (0, 1)}
-    before, after = study.scores_before_after(TINY, runs, ["reversal"], [0, 1], 6)
-    assert before["reversal"].shape == (2, TINY.n_layer + 1)
-    np.testing.assert_allclose(before["reversal"], after["reversal"])
-    table = study.score_table(before, after, np.arange(TINY.n_layer + 1))
-    assert table.index.name == "layer"
-    assert list(table.columns) == [("reversal", "before"), ("reversal", "after")]
-    np.testing.assert_allclose(table[("reversal", "after")], after["reversal"].mean(0))
-
-
 def _scores(rng: np.random.Generator, n_seeds: int = 3) -> tuple[np.ndarray, np.ndarray]:
     before = 0.9 + 0.01 * rng.normal(size=(n_seeds, 5))
     after = np.array([0.7, 0.95, 0.9, 0.85, 0.8]) + 0.01 * rng.normal(size=(n_seeds, 5))
@@ -137,31 +153,15 @@ def _scores(rng: np.random.Generator, n_seeds: int = 3) -> tuple[np.ndarray, np.
 def test_verdict_summary():
     before, after = _scores(np.random.default_rng(0))
     verdicts = claims.claim_table(claims.trained_claims(
-        {"reversal": before}, {"reversal": after}, ["reversal"])).assign(paper="holds")
+        {"reversal": before}, {"reversal": after}, {"reversal": after},
+        ["reversal"])).assign(paper="holds")
     lines = study.verdict_summary(verdicts).splitlines()
     assert len(lines) == len(verdicts) + 2  # one per reading, a blank line, the count
     n_against = (verdicts.verdict == "fails").sum()
     assert lines[-1].startswith(f"Against the paper: {n_against} of {len(verdicts)} readings")
-
-
-def test_budget_verdicts_and_summary():
-    rng = np.random.default_rng(1)
-    n_test = PROFILES["cpu"].n_test
-    runs = []
-    for steps, accuracy in ((1000, 0.5), (2000, 0.97)):
-        before, after = _scores(rng)
-        runs += [dict(task="reversal", seed=s, steps=steps, accuracy=accuracy,
-                      n_test=n_test, before=list(before[s]), after=list(after[s]))
-                 for s in range(3)]
-    rows, stats = study.budget_verdicts({"runs": runs}, n_test)
-    assert [(r["steps"], r["learned"]) for r in rows] == [(1000, False), (2000, True)]
-    readings = [reading for _, reading in claims.TRAINED_CLAIMS]
-    assert not set(readings) & set(rows[0]) and set(readings) <= set(rows[1])
-    assert list(stats) == ["reversal, 1,000 steps", "reversal, 2,000 steps"]
-    by_budget = pd.DataFrame(rows).set_index(["task", "steps"])
-    (line,) = study.budget_summary(by_budget).splitlines()
-    assert line.startswith("- **reversal** (committed): 1,000 steps: not learned, no verdict")
-    assert all(f"{reading}: " in line for reading in readings)
+    exploratory = study.verdict_summary(verdicts.assign(standing="exploratory: none judged"))
+    assert "(exploratory)" in exploratory.splitlines()[0]
+    assert exploratory.splitlines()[-1].startswith("Exploratory, not a verdict")
 
 
 def test_grid_caption():
@@ -174,8 +174,3 @@ def test_grid_caption():
     assert set(study.GRID_COMMANDS) == {"paper-base", "paper"}
 
 
-def test_learned_at_is_the_plateau_line():
-    """plateau_table judges with claims.past_plateau, whose line is the learnedness line."""
-    run = _run(LEARNED_AT, 100, [0.0, LEARNED_AT])
-    (row,) = study.plateau_table({("reversal", 0): run}, ["reversal"], [0]).to_dict("records")
-    assert row["learned_from"] == 100

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from nopelib import theory as th
+from nopelib import theory_config as thc
 from nopelib import theory_studies as ts
 from nopelib.analysis import random_model
 from nopelib.metrics import adjacency_score, cosine_similarity_matrix
@@ -253,16 +254,16 @@ def test_closed_form_value_scale_matches_the_measured_one() -> None:
         idx = torch.randint(0, cfg.vocab_size, (4, 16), generator=torch.Generator().manual_seed(0))
         measured = np.mean([ts.measure_value_scale(random_model(cfg, seed=s), idx)
                             for s in range(3)])
-        assert th.closed_form_value_scale(cfg) == pytest.approx(measured, rel=0.1)
+        assert thc.closed_form_value_scale(cfg) == pytest.approx(measured, rel=0.1)
 
 
 def test_closed_form_ratio_formula() -> None:
     from nopelib.model import GPTConfig
     cfg = GPTConfig(n_layer=12, n_embd=192)
-    assert th.closed_form_ratio(cfg, eps=0.0) == pytest.approx(
+    assert thc.closed_form_ratio(cfg, eps=0.0) == pytest.approx(
         0.02 * math.sqrt(24) / (0.02 * 0.02 * 192))
     all_cfg = GPTConfig(n_layer=6, n_embd=384, init_target="all", init_std=0.01)
-    assert th.closed_form_ratio(all_cfg, eps=0.0) == pytest.approx(math.sqrt(12) / (0.01 * 384))
+    assert thc.closed_form_ratio(all_cfg, eps=0.0) == pytest.approx(math.sqrt(12) / (0.01 * 384))
 
 
 def test_comparison_probabilities_reduce_to_predicted_row_scores() -> None:
@@ -295,37 +296,37 @@ def test_comparison_probabilities_match_gaussian_monte_carlo(common: float) -> N
 
 
 def test_sample_triples_are_comparisons_and_estimate_the_score() -> None:
-    t = th.sample_triples(30, 5000, seed=1)
+    t = thc.sample_triples(30, 5000, seed=1)
     assert t.shape == (5000, 3) and np.all((t[:, 1] < t[:, 2]) & (t[:, 2] < t[:, 0]))
     assert t[:, 0].min() == 2 and t[:, 0].max() == 29
     from nopelib.model import GPTConfig
     seq = [list(range(30))]  # C(30, 3) = 4060 comparisons
-    exact = th.predict_config_score(GPTConfig(), seq)
-    sampled = th.predict_config_score(GPTConfig(), seq, max_triples=3000)
+    exact = thc.predict_config_score(GPTConfig(), seq)
+    sampled = thc.predict_config_score(GPTConfig(), seq, max_triples=3000)
     assert sampled == pytest.approx(exact, abs=0.02) and sampled != exact
 
 
 def test_predict_config_score_follows_width_depth_and_mean() -> None:
     from nopelib.model import GPTConfig
     seqs = [list(range(20)), [5, 2, 7, 2, 9, 1, 3, 5, 8, 0, 4, 6]]
-    score = {(L, d): th.predict_config_score(GPTConfig(n_layer=L, n_embd=d), seqs)
+    score = {(L, d): thc.predict_config_score(GPTConfig(n_layer=L, n_embd=d), seqs)
              for L in (6, 24) for d in (192, 768)}
     assert score[6, 768] > score[6, 192] and score[6, 192] > score[24, 192]
     assert score[6, 768] > 0.9 and 0.45 < score[24, 192] < 0.6
-    shifted = th.predict_config_score(GPTConfig(init_mean=4.0), seqs)
-    assert shifted != th.predict_config_score(GPTConfig(), seqs)
+    shifted = thc.predict_config_score(GPTConfig(init_mean=4.0), seqs)
+    assert shifted != thc.predict_config_score(GPTConfig(), seqs)
 
 
 def test_predict_config_score_refuses_what_it_does_not_model() -> None:
     from nopelib.model import GPTConfig
     with pytest.raises(ValueError, match="init_mean"):
-        th.predict_config_score(GPTConfig(init_target="all", init_mean=1.0), [[1, 2, 3]])
+        thc.predict_config_score(GPTConfig(init_target="all", init_mean=1.0), [[1, 2, 3]])
     with pytest.raises(ValueError, match="uniform"):
-        th.predict_config_score(GPTConfig(init_target="all", init_std=0.2), [[1, 2, 3]])
+        thc.predict_config_score(GPTConfig(init_target="all", init_std=0.2), [[1, 2, 3]])
     with pytest.raises(ValueError, match="length"):
-        th.predict_config_score(GPTConfig(), [[1, 2]])
+        thc.predict_config_score(GPTConfig(), [[1, 2]])
     with pytest.raises(ValueError, match="at least one"):
-        th.predict_config_score(GPTConfig(), [])
+        thc.predict_config_score(GPTConfig(), [])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -489,7 +490,7 @@ def test_prediction_table_and_listing() -> None:
     assert row.residual == pytest.approx(mean) and row.tolerance == pytest.approx(tol_one)
     assert row.tol_mean == pytest.approx(tol_mean) and row.min_deep == pytest.approx(l1.mean())
     from nopelib.model import GPTConfig
-    assert row.rho == th.closed_form_ratio(GPTConfig(n_layer=2, n_embd=384))
+    assert row.rho == thc.closed_form_ratio(GPTConfig(n_layer=2, n_embd=384))
     assert ts.config_listing(table.iloc[:1]) == (
         f"1 × 192 (measured {table.measured[0]:.3f}, predicted 0.700)")
     assert ts.config_listing(table.iloc[:0]) == "none"
@@ -507,7 +508,7 @@ def test_length_study_against_the_closed_form() -> None:
     tokens = length_tokens(24, 1 * 2 + 1, 500)  # seed 1, sequence 1
     got = predicted[(predicted.source == "i.i.d. control") & (predicted.seed == 1)
                     & (predicted.seq == 1) & (predicted.length == 8)].predicted.item()
-    assert got == th.predict_config_score(base, [tokens[:8]], max_triples=20_000)
+    assert got == thc.predict_config_score(base, [tokens[:8]], max_triples=20_000)
     measured, lines = ts.length_series(runs, predicted, (0, 1))
     assert list(measured) == [f"{n}, layer {layer}" for n in sources for layer in (0, 1)]
     assert list(lines) == [f"{n}, layer 1 predicted" for n in sources]
