@@ -20,17 +20,16 @@ import pandas as pd
 import torch
 
 from nopelib.analysis import length_tokens, random_model, study_texts
-from nopelib.metrics import length_groups
-from nopelib.metrics import adjacency_row_scores, adjacency_score, cosine_similarity_matrix
+from nopelib.metrics import (adjacency_row_scores, adjacency_score, cosine_similarity_matrix,
+                             length_groups)
 from nopelib.model import GPT, GPTConfig
 from nopelib.stats import normal_interval, pooled_sd, seed_interval
-from nopelib.tasks import encode, encode_inputs
+from nopelib.tasks import TASKS, encode, encode_inputs
 from nopelib.theory import (coincidence_counts, embedding_ratio, gram_cosine,
                             layer0_expected_score, predict_layer1_score, residual_gram,
                             sigma_at_level)
 from nopelib.theory_config import closed_form_ratio, predict_config_score
 from nopelib.params import Choice, Float, Int, ListOf
-from nopelib.tasks import TASKS
 
 # ---------------------------------------------------------------------------------------------
 # block 1 of a random model, read from its hook points
