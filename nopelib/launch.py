@@ -113,11 +113,13 @@ def _train_in_pool(jobs: list[Job], device: str, cache_dir: str | Path | None,
 
 
 def _warn_if_slow(missing: list[Job], n_workers: int) -> None:
-    seconds = sum(expected_cpu_seconds(job.profile) for job in missing)
+    # a budget that follows progress has no cost known in advance: its cap is only a bound
+    fixed = [job for job in missing if not job.profile.stop_at]
+    seconds = sum(expected_cpu_seconds(job.profile) for job in fixed)
     hours = seconds / max(1, n_workers) / 3600
     if hours > 1:
-        names = sorted({job.profile.name for job in missing})
-        warnings.warn(f"training {len(missing)} runs of profile(s) {names} on the CPU is "
+        names = sorted({job.profile.name for job in fixed})
+        warnings.warn(f"training {len(fixed)} runs of profile(s) {names} on the CPU is "
                       f"expected to take about {hours:.0f} h on {n_workers} processes; "
                       "a GPU (device='cuda') or profile 'cpu' is faster", stacklevel=4)
 
