@@ -117,7 +117,9 @@ def fit(profile: TrainProfile, seeds: Sequence[int], lengths: np.ndarray, step: 
     steps, outside the timed steps. With ``profile.stop_at`` the budget follows progress: once
     every model's validation exact match is at ``stop_at`` at a curve point, the run trains
     ``profile.tail_steps`` more steps with a decaying learning rate and ends (``steps`` caps
-    it). Returns each model's training metrics."""
+    it); with ``profile.relearn_below``, a validation point below it in the tail keeps the
+    run going, and the tail is counted afresh once validation is back at ``stop_at``.
+    Returns each model's training metrics."""
     S, N = lengths.shape
     B = profile.batch_size
     gens = [np.random.default_rng(seed) for seed in seeds]
@@ -127,6 +129,7 @@ def fit(profile: TrainProfile, seeds: Sequence[int], lengths: np.ndarray, step: 
     curves: list[dict[str, list]] = [defaultdict(list) for _ in range(S)]
     curve_seconds, tokens = 0.0, 0
     end, decay_from = profile.steps, None  # the run's last step, once its budget is known
+    relearning, restarts = False, []  # below relearn_below in the tail; where it restarted
     bar = tqdm(total=profile.steps, desc=desc, disable=not progress, mininterval=1.0)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -158,9 +161,18 @@ def fit(profile: TrainProfile, seeds: Sequence[int], lengths: np.ndarray, step: 
                 for name, value in point.items():
                     curves[s][name].append(value)
             curve_seconds += time.perf_counter() - tic
-            if (profile.stop_at and decay_from is None
-                    and all(p["val_accuracy"] >= profile.stop_at for p in points)):
-                decay_from, end = i, min(profile.steps, i + profile.tail_steps(i))
+            if profile.stop_at:
+                val = [p["val_accuracy"] for p in points]
+                if decay_from is None and min(val) >= profile.stop_at:
+                    decay_from, end = i, min(profile.steps, i + profile.tail_steps(i))
+                elif decay_from is not None and min(val) < profile.relearn_below:
+                    relearning = True  # lost in the tail: the run may not end like this
+                elif relearning and min(val) >= profile.stop_at:
+                    relearning, end = False, max(end, min(profile.steps,
+                                                          i + profile.tail_steps(i)))
+                    restarts.append(i)
+                if relearning:
+                    end = max(end, min(profile.steps, i + profile.curve_every))
                 bar.total = end
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -177,6 +189,7 @@ def fit(profile: TrainProfile, seeds: Sequence[int], lengths: np.ndarray, step: 
             metrics["curve_seconds"] = curve_seconds
         if profile.stop_at:
             metrics["decay_from"] = decay_from  # None: the cap ended the run first
+            metrics["tail_restarts"] = restarts  # steps where the tail was counted afresh
         out.append(metrics)
     return out
 

@@ -551,6 +551,21 @@ def test_a_level_reached_at_once_ends_after_its_tail(monkeypatch):
     assert m["curve"]["step"] == [5, 10]
 
 
+def test_a_task_lost_in_the_tail_restarts_the_tail_once_it_is_back(monkeypatch):
+    # validation (16 examples) at the level at step 5, lost at 10, back at 15: the run goes
+    # on past its first end (10) and trains a whole tail again from 15
+    vals = iter([1.0, 0.0, 1.0, 1.0, 1.0, 1.0])
+    monkeypatch.setattr(tr, "evaluate", lambda model, examples, batch: next(vals)
+                        if len(examples) == ADAPTIVE.n_val else 1.0)
+    p = replace(ADAPTIVE, relearn_below=0.5)
+    _, m = tr.train("reversal", 0, p, torch.device("cpu"), progress=False)
+    assert m["decay_from"] == 5 and m["tail_restarts"] == [15]
+    assert m["steps"] == 15 + p.tail_steps(15) == 23
+    assert m["curve"]["step"] == [5, 10, 15, 20, 23]
+    with pytest.raises(ValueError, match="relearn_below=0.6"):
+        replace(ADAPTIVE, relearn_below=0.6)
+
+
 def test_the_trajectory_scores_the_fixed_inputs_from_initialisation_on():
     _, m = tr.train("indexing", 2, replace(ADAPTIVE, steps=10, stop_at=1.0),
                     torch.device("cpu"), progress=False)
