@@ -117,6 +117,28 @@ def study_texts(inputs_per_task: int, seed: int) -> list[str]:
     return [t for task in TASKS for t in sample_inputs(task, inputs_per_task, seed=seed)]
 
 
+# the controls' (causal, position encoding) pairs: NoPE, bidirectional NoPE, and the encodings
+CONTROL_VARIANTS = ((True, "none"), (False, "none"), (True, "learned"), (True, "sinusoidal"),
+                    (True, "rope"), (True, "alibi"))
+
+
+def init_overrides(means: Sequence[float], stds: Sequence[float]) -> list[dict]:
+    """The initialisation study's configurations: both readings ("embedding": the token
+    embedding only; "all": every weight) at every (mean, std)."""
+    return [dict(init_target=r, init_mean=m, init_std=s)
+            for r in ("embedding", "all") for m in means for s in stds]
+
+
+def grid_overrides(layers: Sequence[int], widths: Sequence[int]) -> list[dict]:
+    """The depth-and-width grid's configurations."""
+    return [dict(n_layer=L, n_embd=W) for L in layers for W in widths]
+
+
+def control_overrides() -> list[dict]:
+    """The controls' configurations (``CONTROL_VARIANTS``)."""
+    return [dict(causal=c, pos_encoding=p) for c, p in CONTROL_VARIANTS]
+
+
 def config_scores(
     overrides: Sequence[Mapping[str, object]],
     seeds: Sequence[int],

@@ -174,21 +174,142 @@ def trained_claims(before: Mapping[str, np.ndarray], after: Mapping[str, np.ndar
                      ignore_index=True)
 
 
-def claim_table(tests: pd.DataFrame) -> pd.DataFrame:
-    """One verdict per (claim, reading, task) from ``trained_claims``'s tests, with the
-    weakest test's interval (the one nearest to failing) as the evidence shown."""
+def claim_table(tests: pd.DataFrame, by: str = "task") -> pd.DataFrame:
+    """One verdict per (claim, reading, ``by``) from the tests of ``trained_claims`` (by
+    task) or ``init_claims`` (by group), with the weakest test's interval (the one nearest to
+    failing) as the evidence shown."""
     rows = []
-    for (claim, reading, task), group in tests.groupby(["claim", "reading", "task"],
-                                                       sort=False):
+    for (claim, reading, task), group in tests.groupby(["claim", "reading", by], sort=False):
         margin = np.where(group["above"], group["lo"] - group["bound"],
                           group["bound"] - group["hi"])
         worst = group.iloc[int(np.nanargmin(margin)) if np.isfinite(margin).any() else 0]
-        rows.append(dict(claim=claim, reading=reading, task=task,
+        rows.append(dict(claim=claim, reading=reading, **{by: task},
                          verdict=combine(group["verdict"]), tests=len(group),
                          n=int(group["n"].min()), weakest_layer=int(worst["layer"]),
                          mean=worst["mean"], lo=worst["lo"], hi=worst["hi"],
+                         bound=worst["bound"], above=bool(worst["above"]),
                          level=worst["level"]))
     return pd.DataFrame(rows)
+
+
+def overall(verdicts: Sequence[str]) -> str:
+    """A claim's verdict over everything it is judged on (tasks, configurations): the
+    scorecard's "replicates" (holds on all), "fails" (fails where it is not undecided),
+    "partly" (holds on some, fails on others) or "cannot tell"; "untested" on nothing."""
+    verdicts = list(verdicts)
+    if not verdicts:
+        return "untested"
+    if all(v == "holds" for v in verdicts):
+        return "replicates"
+    if "fails" in verdicts:
+        return "partly" if "holds" in verdicts else "fails"
+    return "cannot tell"
+
+
+# ---------------------------------------------------------------------------------------------
+# random initialisation (PAPER.md, results 1 to 3)
+
+NEAR_CHANCE = 0.1  # "layer 0 is about 0.5", read as: within this of chance
+GONE = 0.1  # "gone": a layer within this of the same model's layer 0
+LITTLE = 0.05  # "little effect" of the mean: the spec's bound on the shift of a score
+
+# Each a family of tests on per-seed scores of random models (the unit is the model seed,
+# its task inputs averaged first); groups: the base model (result 1), each task and each
+# (depth, width) of the grid (result 2), each (mean, sigma) of the initialisation study in the
+# token-embedding reading (result 3). A two-sided reading ("within") is two one-sided tests.
+INIT_CLAIMS = (
+    ("1: layer 0 is about 0.5", "layer 0 within 0.1 of 0.5"),
+    ("1: layer 1 jumps to 0.8-1.0", "layer 1 at least 0.8"),
+    ("2: the pattern holds at initialisation, every task", "every layer at least 0.8"),
+    ("2: the pattern holds at initialisation, 6-24 layers x 192-768 wide",
+     "every layer at least 0.8"),
+    ("3: sigma <= 0.02 keeps the pattern", "every layer at least 0.8, every mean"),
+    ("3: sigma = 0.2 removes it", "every layer within 0.1 of layer 0, every mean"),
+    ("3: the means 0, 4, 8 matter little", "every layer within 0.05 of mean 0's"),
+)
+
+
+def _per_seed(frame: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
+    """Scores [group..., seed, layer] -> one column per layer, each seed's rows averaged."""
+    return frame.groupby([*by, "seed", "layer"]).score.mean().unstack("layer")
+
+
+def _init_tests(base: pd.DataFrame, init: pd.DataFrame, grid: pd.DataFrame) -> list[tuple]:
+    """(claim, reading, group, layer, values per seed, bound, above) for every test."""
+    tests = []
+    mean_model = _per_seed(base.assign(group="base model"), ["group"]).loc["base model"]
+    for bound, above in ((CHANCE - NEAR_CHANCE, True), (CHANCE + NEAR_CHANCE, False)):
+        tests.append((*INIT_CLAIMS[0], "base model", 0, mean_model[0], bound, above))
+    tests.append((*INIT_CLAIMS[1], "base model", 1, mean_model[1], KEEPS_AT, True))
+    for task, wide in _per_seed(base, ["task"]).groupby(level="task", sort=False):
+        tests += [(*INIT_CLAIMS[2], task, i, wide[i], KEEPS_AT, True) for i in wide if i]
+    for (depth, width), wide in _per_seed(grid, ["n_layer", "n_embd"]).groupby(
+            level=["n_layer", "n_embd"], sort=False):
+        name = f"{depth} x {width}"
+        tests += [(*INIT_CLAIMS[3], name, i, wide[i].dropna(), KEEPS_AT, True)
+                  for i in range(1, depth + 1)]
+    emb = _per_seed(init[init.init_target == "embedding"], ["init_mean", "init_std"])
+    stds = emb.index.get_level_values("init_std")
+    if not (stds <= 0.02).any() or not (stds >= 0.2).any():
+        raise ValueError("init_claims: the initialisation study needs sigma <= 0.02 and "
+                         f"sigma >= 0.2, not {sorted(set(stds))}")
+    for (mu, sigma), wide in emb.groupby(level=["init_mean", "init_std"], sort=False):
+        name, layers = f"mean {mu:g}, sigma {sigma:g}", [i for i in wide if i]
+        if sigma <= 0.02:
+            tests += [(*INIT_CLAIMS[4], name, i, wide[i], KEEPS_AT, True) for i in layers]
+        if sigma >= 0.2:
+            tests += [(*INIT_CLAIMS[5], name, i, wide[i] - wide[0], GONE, False)
+                      for i in layers]
+        if sigma <= 0.02 and mu != 0:
+            zero = emb.loc[(0.0, sigma)]
+            for bound, above in ((-LITTLE, True), (LITTLE, False)):
+                tests += [(*INIT_CLAIMS[6], name, i, wide[i].droplevel([0, 1]) - zero[i],
+                           bound, above) for i in layers]
+    return tests
+
+
+def init_claims(base: pd.DataFrame, init: pd.DataFrame, grid: pd.DataFrame,
+                alpha: float = ALPHA) -> pd.DataFrame:
+    """Every test of the random-initialisation claims: ``base`` is the base model's scores
+    per task (``analysis.task_scores``: seed, task, layer, score), ``init`` the
+    initialisation study's and ``grid`` the depth-and-width grid's (``analysis.
+    config_scores``). One family per reading; one row per test: claim, reading, group,
+    layer, bound, above, mean, simultaneous interval (lo, hi), n seeds, level, verdict."""
+    return _judge_families(_init_tests(base, init, grid), alpha)
+
+
+def _judge_families(tests: list[tuple], alpha: float) -> pd.DataFrame:
+    """``judge`` each (claim, reading) family of (claim, reading, group, layer, values per
+    seed, bound, above) tests."""
+    rows = [dict(claim=claim, reading=reading, group=group, layer=layer, bound=bound,
+                 above=above, unit=unit, value=float(value))
+            for claim, reading, group, layer, values, bound, above in tests
+            for unit, value in enumerate(np.asarray(values, float))]
+    frame = pd.DataFrame(rows)
+    return pd.concat([judge(g, alpha) for _, g in frame.groupby(["claim", "reading"],
+                                                                 sort=False)],
+                     ignore_index=True)
+
+
+def chance_control(scores: pd.DataFrame, name: str = "bidirectional",
+                   alpha: float = ALPHA) -> pd.DataFrame:
+    """A control that must show no pattern: every layer's per-seed score (``analysis.
+    config_scores`` of one configuration) within NEAR_CHANCE of 0.5, as two one-sided tests
+    per layer in one family; rows as ``init_claims``'s."""
+    wide = _per_seed(scores.assign(group=name), ["group"]).loc[name]  # [seed, layer]
+    reading = f"every layer within {NEAR_CHANCE:g} of 0.5"
+    return _judge_families([(f"control: {name}", reading, name, i, wide[i], bound, above)
+                            for i in wide
+                            for bound, above in ((CHANCE - NEAR_CHANCE, True),
+                                                 (CHANCE + NEAR_CHANCE, False))], alpha)
+
+
+def prediction_sides(predicted: Sequence[float], measured: Sequence[float],
+                     bound: float = KEEPS_AT) -> pd.Series:
+    """Per configuration, whether a prediction made before the measurement puts the score on
+    the measured mean's side of ``bound`` ("holds") or not ("fails")."""
+    pred, meas = np.asarray(predicted, float), np.asarray(measured, float)
+    return pd.Series(np.where((pred >= bound) == (meas >= bound), "holds", "fails"))
 
 
 # ---------------------------------------------------------------------------------------------

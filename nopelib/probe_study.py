@@ -18,7 +18,9 @@ import numpy as np
 import pandas as pd
 import torch
 
+from nopelib import claims
 from nopelib.analysis import random_model
+from nopelib.memo import memo
 from nopelib.model import GPT, GPTConfig
 from nopelib.params import SEED, Choice, Int, ListOf
 from nopelib.probe import (FEATURE_SETS, ProbeConfig, RidgeConfig, model_states, probe_layers,
@@ -133,11 +135,13 @@ CHAPTER_PARAMS = {
                              "~3 s each): ~15 min at 100"),
     "grid_fit_tokens": Int(min=100, max=100_000, why="as n_fit_tokens: ~60 kB per fitting "
                            "token, ~6 GB at 100,000"),
+    "mlp_fit_tokens": Int(min=100, max=100_000, why="the MLP probe trains by gradient "
+                          "descent: ~7 s per model at 5,400, ~2 min per model at 100,000"),
 }
 
 
 def random_study(seed: int, T: int, windows: list[int], fit_tokens: int,
-                 config: RidgeConfig, shuffle_layers: tuple[int, ...] = (),
+                 config: RidgeConfig | ProbeConfig, shuffle_layers: tuple[int, ...] = (),
                  layers: list[int] | None = None, kinds: tuple[str, ...] = FEATURE_SETS,
                  **model: object) -> pd.DataFrame:
     """Probe table of the random model of ``seed`` (GPTConfig overrides in ``model``) at
@@ -159,6 +163,25 @@ def random_study(seed: int, T: int, windows: list[int], fit_tokens: int,
                                config=config, shuffle_targets=True)
         tables.append(control.assign(w=windows[0], shuffled=True))
     return pd.concat(tables, ignore_index=True)
+
+
+def random_studies(model_seeds: Sequence[int], T: int, w: int, fit_tokens: int,
+                   config: RidgeConfig) -> pd.DataFrame:
+    """The probes chapter's random-init comparison: ``random_study`` of every model seed at
+    window ``w`` (cached, ``nopelib.memo``), with the shuffled-target control at layer 1 and
+    the last layer on the first seed's model."""
+    last = GPTConfig().n_layer
+    return pd.concat([memo(random_study, s, T, [w], fit_tokens, config,
+                           shuffle_layers=(1, last) if s == model_seeds[0] else ())
+                      for s in model_seeds], ignore_index=True)
+
+
+def trained_comparison(docs: Mapping[str, Mapping], tasks: Sequence[str]) -> pd.DataFrame:
+    """The probe claim on the committed study's models of ``tasks`` (``committed_probes``),
+    the model as the unit and its probe seeds averaged first, per task and layer
+    (``claims.probe_claims``)."""
+    diffs = paired_differences(committed_probes(docs, tasks), ["task", "model_seed", "seed"])
+    return claims.probe_claims(diffs, model="model_seed", group="task")
 
 
 def trained_study(task: str, seed: int, profile: str | TrainProfile, fit_tokens: int, w: int,

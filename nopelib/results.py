@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from nopelib import cache
@@ -231,6 +232,22 @@ def provenance(prog: str, argv: list[str] | None, start: float, **extra: Any) ->
         "wall_seconds": round(time.perf_counter() - start, 1),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         **extra,
+    }
+
+
+def page_provenance(**page: object) -> dict[str, object]:
+    """What a built page's live numbers depend on: the commit, the build date, the torch and
+    numpy versions, the CPU's kernel capability (float kernels differ between CPUs), the GPU,
+    the threads, and the page's own settings (``page``: its profile, seeds, device)."""
+    return {
+        "commit": git_commit(),
+        "built": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "CPU kernels": torch.backends.cpu.get_cpu_capability(),
+        "GPU": torch.cuda.get_device_name() if torch.cuda.is_available() else "none",
+        "torch threads": torch.get_num_threads(),
+        **page,
     }
 
 

@@ -18,6 +18,7 @@ cell stays short. Nothing here trains: the live runs come from ``nopelib.launch.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -203,12 +204,29 @@ def study_path(profile: str, task: str) -> Path:
     return results.RESULTS_DIR / f"trained_{profile}_{task}.json"
 
 
-def load_study(profile: str, tasks: Sequence[str]) -> tuple[dict[str, dict], list[str]]:
-    """The committed study of ``profile``: {task: validated document} for the tasks that have
-    one, and the tasks that do not (yet)."""
-    docs = {t: results.load(study_path(profile, t)) for t in tasks
+def _committed(profile: str, tasks: Sequence[str]) -> dict[str, dict]:
+    return {t: results.load(study_path(profile, t)) for t in tasks
             if study_path(profile, t).is_file()}
+
+
+def is_current(doc: Mapping, profile: str) -> bool:
+    """Whether a committed study file was trained under ``profile`` as it stands today (the
+    profile's numbers change between commits; a file of an earlier version is stale)."""
+    today = json.loads(json.dumps(PROFILES[profile].record()))  # tuples as the file has them
+    return doc["provenance"].get("training") == today
+
+
+def load_study(profile: str, tasks: Sequence[str]) -> tuple[dict[str, dict], list[str]]:
+    """The committed study of ``profile``: {task: validated document} for the tasks whose file
+    was trained under today's profile, and the tasks without one (missing, or stale: see
+    ``stale_tasks``). A stale file is never read as today's study."""
+    docs = {t: d for t, d in _committed(profile, tasks).items() if is_current(d, profile)}
     return docs, [t for t in tasks if t not in docs]
+
+
+def stale_tasks(profile: str, tasks: Sequence[str]) -> list[str]:
+    """The tasks whose committed file of ``profile`` was trained under an earlier version."""
+    return [t for t, d in _committed(profile, tasks).items() if not is_current(d, profile)]
 
 
 def live_seconds(profile: str, tasks: Sequence[str]) -> float | None:
@@ -231,7 +249,9 @@ def study_table(docs: Mapping[str, Mapping]) -> pd.DataFrame:
                  tail=r["tail"], with_margin=r["tail"] >= claims.PLATEAU_TAIL,
                  train_s=r["train_seconds"])
             for doc in docs.values() for r in doc["runs"]]
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["task", "seed", "accuracy", "n_test", "steps",
+                                       "decay_from", "learned_from", "tail", "with_margin",
+                                       "train_s"])
 
 
 def study_accuracy(table: pd.DataFrame, n_test: int,
@@ -248,6 +268,28 @@ def study_accuracy(table: pd.DataFrame, n_test: int,
                       for _, g in table.groupby("task")]
     acc["with margin"] = table.groupby("task")["with_margin"].all()
     return acc
+
+
+def learned_and_judged(acc: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """From ``study_accuracy``'s table: the tasks learned by every seed, and those of them
+    learned with the margin rule's margin (the tasks the claims are judged on)."""
+    learned = [t for t in acc.index if acc.loc[t, "learned"]]
+    return learned, [t for t in learned if acc.loc[t, "with margin"]]
+
+
+def trained_verdicts(docs: Mapping[str, Mapping],
+                     acc: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The trained-model claims (``claims.trained_claims``) on the judged tasks, or, where no
+    task is judged, on the learned ones, marked exploratory: (the tests, one verdict per
+    claim, reading and task with a ``standing`` column)."""
+    learned, judged = learned_and_judged(acc)
+    shown = judged or learned
+    if not shown:
+        raise ValueError("no task of the study is learned: the trained-model claims have "
+                         "nothing to be judged on")
+    tests = claims.trained_claims(*study_scores(docs, shown), shown)
+    standing = "verdict" if judged else "exploratory: no task meets the margin rule"
+    return tests, claims.claim_table(tests).assign(standing=standing)
 
 
 def study_scores(docs: Mapping[str, Mapping], tasks: Sequence[str]) -> tuple[dict, dict, dict]:

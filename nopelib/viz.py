@@ -11,6 +11,7 @@ the plotly JSON; the book picks the HTML. Importing this module changes no globa
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from html import escape
 
 import numpy as np
 import pandas as pd
@@ -385,3 +386,42 @@ def init_explorer(compute: Callable[..., tuple[np.ndarray, float]], labels: Sequ
         heatmap_grid([matrix], [f"layer {layer}: score {score:.3f}"], labels, cols=1,
                      title=f"reading {reading!r}, μ={mean:g}, σ={std:.4f}").show()
     return show
+
+
+VERDICT_COLOURS = {"holds": "#2a9d8f", "fails": "#c1121f", "cannot tell": "#8d99ae"}
+
+
+def claim_margins(groups: pd.DataFrame, title: str) -> go.Figure:
+    """The tests behind the scorecard (``scorecard.GROUP_COLUMNS``): per claim and group, the
+    test nearest to failing as its distance from the claim's bound with its simultaneous
+    interval (positive: on the claim's side), coloured by verdict."""
+    sign = np.where(groups["above"], 1.0, -1.0)
+    mid = sign * (groups["mean"] - groups["bound"])
+    ends = np.sort(np.stack([sign * (groups["lo"] - groups["bound"]),
+                             sign * (groups["hi"] - groups["bound"])]), axis=0)
+    labels = (groups["claim"].str.split(":").str[0] + " · " + groups["group"].astype(str)
+              + " · layer " + groups["weakest_layer"].astype(str)).to_numpy()
+    fig = go.Figure()
+    for verdict, colour in VERDICT_COLOURS.items():
+        on = (groups["verdict"] == verdict).to_numpy()
+        if on.any():
+            fig.add_trace(go.Scatter(
+                x=mid[on], y=labels[on], mode="markers", name=verdict,
+                marker=dict(color=colour, size=8),
+                error_x=dict(type="data", symmetric=False, array=ends[1][on] - mid[on],
+                             arrayminus=mid[on] - ends[0][on], color=colour)))
+    fig.add_vline(x=0.0, line_dash="dot", annotation_text="the claim's bound")
+    fig.update_layout(title=title, height=160 + 18 * len(groups), xaxis_range=[-0.6, 0.6],
+                      xaxis_title="distance from the bound, on the claim's side (> 0)",
+                      yaxis=dict(autorange="reversed", categoryorder="array",
+                                 categoryarray=list(labels)))
+    return fig
+
+
+def provenance_box(fields: dict[str, object]) -> str:
+    """HTML of a collapsed box listing what a page's live numbers depend on
+    (``results.page_provenance``)."""
+    items = "".join(f"<li><b>{escape(str(k))}</b>: {escape(str(v))}</li>"
+                    for k, v in fields.items())
+    return (f'<details class="provenance"><summary>Provenance of this page</summary>'
+            f"<ul>{items}</ul></details>")

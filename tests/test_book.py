@@ -57,3 +57,51 @@ def test_code_fits_the_column_and_no_math_is_raw(open_page, page_name: str) -> N
                    return a.innerText; }""")
     raw = RAW_MATH.findall(text)
     assert raw == [], f"{page_name}: raw LaTeX on the page: {raw[:5]}"
+
+
+def _anchors(page: str) -> set[str]:
+    """The element ids of a built page (``book/<page>.html``)."""
+    return set(re.findall(r'\bid="([^"]+)"', (HTML_DIR / page).read_text()))
+
+
+HTML_DIR = ROOT / "_build" / "html" / "book"
+SCORECARD_VERDICTS = {"replicates", "partly", "fails", "cannot tell", "untested"}
+
+
+def test_scorecard_rows_have_a_verdict_a_working_link_and_rendered_numbers(open_page):
+    opened = open_page("book/scorecard")
+    rows = opened.page.evaluate(
+        """() => [...document.querySelectorAll('table.scorecard tbody tr')].map(tr => ({
+               cells: [...tr.querySelectorAll('td')].map(td => td.innerText.trim()),
+               href: tr.querySelector('td:last-child a')?.getAttribute('href') || ''}))""")
+    claims = [r["cells"][0] for r in rows]
+    assert {c.split(":")[0] for c in claims} >= {str(n) for n in range(1, 7)}, claims
+    for row in rows:
+        claim, verdict = row["cells"][0], row["cells"][3]
+        assert verdict in SCORECARD_VERDICTS, f"{claim}: verdict {verdict!r}"
+        assert all(row["cells"]), f"{claim}: an empty cell: {row['cells']}"
+        page, _, anchor = row["href"].partition("#")
+        assert (HTML_DIR / page).is_file(), f"{claim}: link to a missing page {row['href']}"
+        assert anchor in _anchors(page), f"{claim}: no section #{anchor} on {page}"
+    glued = opened.page.locator(".pasted-text").all_inner_texts()
+    assert len(glued) >= 6 and all(t.strip().isdigit() for t in glued), glued
+
+
+def test_every_citation_resolves_to_the_bibliography(open_page):
+    entries = _anchors("bibliography.html")
+    keys = re.findall(r"^@\w+\{([^,]+),", (ROOT / "book" / "references.bib").read_text(), re.M)
+    cited = 0
+    for page_name in _toc_pages():
+        opened = open_page(page_name)
+        links = opened.page.evaluate(
+            """() => [...document.querySelectorAll('article a[href*="bibliography.html#"]')]
+                     .map(a => [a.innerText.trim(), a.getAttribute('href')])""")
+        text = opened.page.evaluate("() => document.querySelector('article').innerText")
+        # an unresolved citation shows its role or its key as text
+        left = [k for k in keys if k in text] + (["{cite"] if "{cite" in text else [])
+        assert not left, f"{page_name}: unresolved citations {left}"
+        for label, href in links:
+            assert label and href.split("#")[1] in entries, f"{page_name}: {label} -> {href}"
+        cited += len(links)
+        opened.close()
+    assert cited >= len(keys), f"{cited} citation links for {len(keys)} references"

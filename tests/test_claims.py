@@ -144,3 +144,57 @@ def test_probe_claims_average_probe_seeds_per_model():
     assert out["level"].iloc[0] == pytest.approx(1 - 0.05 / 4)
     with pytest.raises(ValueError, match="no paired"):
         claims.probe_claims(pd.DataFrame(rows), model="model_seed", layers=[7])
+
+
+def _init_frames(rng, layer1=0.95, lift_at_large=0.02, mean_shift=0.0, seeds=5):
+    """Stand-ins for the random-init studies: base model per task, the initialisation study
+    (embedding reading) and a one-configuration grid, with the given layer-1 score, lift at
+    sigma 0.2 and shift of the score at mean 4."""
+    def score(layer, extra=0.0):
+        return (0.48 if layer == 0 else layer1 + extra) + rng.normal(0, 0.002)
+    base = pd.DataFrame([dict(seed=s, task=t, layer=i, score=score(i))
+                         for s in range(seeds) for t in ("addition", "reversal")
+                         for i in range(3)])
+    init = pd.DataFrame([
+        dict(init_target="embedding", init_mean=m, init_std=sd, seed=s, layer=i,
+             score=(0.48 + (lift_at_large if i else 0) + rng.normal(0, 0.002)) if sd == 0.2
+             else score(i, mean_shift if m else 0.0))
+        for m in (0.0, 4.0) for sd in (0.02, 0.2) for s in range(seeds) for i in range(3)])
+    grid = pd.DataFrame([dict(n_layer=2, n_embd=64, seed=s, layer=i, score=score(i))
+                         for s in range(seeds) for i in range(3)])
+    return base, init, grid
+
+
+def test_init_claims_hold_on_the_paper_shape_and_fail_against_it():
+    rng = np.random.default_rng(0)
+    tests = claims.init_claims(*_init_frames(rng))
+    table = claims.claim_table(tests, by="group")
+    assert set(table.claim) == {c for c, _ in claims.INIT_CLAIMS}
+    assert (table.verdict == "holds").all(), table
+    assert claims.overall(table.verdict) == "replicates"
+    # no pattern at layer 1; sigma 0.2 keeps one; the mean moves the score by 0.2
+    bad = claims.claim_table(claims.init_claims(
+        *_init_frames(rng, layer1=0.6, lift_at_large=0.4, mean_shift=0.2)), by="group")
+    verdict = bad.groupby("claim").verdict.apply(claims.overall)
+    assert verdict["1: layer 1 jumps to 0.8-1.0"] == "fails"
+    assert verdict["3: sigma = 0.2 removes it"] == "fails"
+    assert verdict["3: the means 0, 4, 8 matter little"] == "fails"
+    assert verdict["1: layer 0 is about 0.5"] == "replicates"
+
+
+def test_init_claims_cannot_tell_from_two_noisy_seeds_and_need_both_sigmas():
+    rng = np.random.default_rng(1)
+    base, init, grid = _init_frames(rng, layer1=0.803, seeds=2)
+    table = claims.claim_table(claims.init_claims(base, init, grid), by="group")
+    row = table[table.claim == "1: layer 1 jumps to 0.8-1.0"].iloc[0]
+    assert row.verdict == "cannot tell" and row.n == 2
+    with pytest.raises(ValueError, match="sigma >= 0.2"):
+        claims.init_claims(base, init[init.init_std < 0.2], grid)
+
+
+def test_overall_verdicts():
+    assert claims.overall([]) == "untested"
+    assert claims.overall(["holds", "holds"]) == "replicates"
+    assert claims.overall(["holds", "fails"]) == "partly"
+    assert claims.overall(["fails", "cannot tell"]) == "fails"
+    assert claims.overall(["holds", "cannot tell"]) == "cannot tell"

@@ -139,6 +139,7 @@ BAD = [  # (chapter, parameters, what the error must name): every finding of iss
     ("probes", {"model_seeds": [0, 1]}, "model_seeds=[0, 1]"),  # fewer than 5
     ("probes", {"T": 8}, "T=8"),
     ("probes", {"grid_lengths": [8], "grid_windows": [8]}, "grid_lengths=[8]"),
+    ("scorecard", {"profile": "bogus"}, "profile='bogus'"),
 ]
 
 
@@ -212,7 +213,8 @@ def test_every_chapter_passes_its_defaults(monkeypatch, chapter):
 
 
 TYPOS = [("averaging_effect", "n_text", "n_texts"), ("random_init", "n_seed", "n_seeds"),
-         ("trained", "profil", "profile"), ("probes", "model_seed", "model_seeds")]
+         ("trained", "profil", "profile"), ("probes", "model_seed", "model_seeds"),
+         ("scorecard", "profil", "profile")]
 
 
 @pytest.mark.parametrize("chapter, typo, meant", TYPOS, ids=[t for _, t, _ in TYPOS])

@@ -93,6 +93,21 @@ def test_the_committed_study_loads_and_names_what_is_missing():
         assert "trained by `python -m nopelib.trained_study" in study.study_provenance(doc)
 
 
+def test_a_study_file_of_an_earlier_profile_is_stale_not_read(monkeypatch):
+    """A committed file trained under another version of the profile is never served as
+    today's study: load_study leaves it out, stale_tasks names it."""
+    today = json.loads(json.dumps(PROFILES["study"].record()))  # as a committed file has it
+    doc = {"provenance": {"training": today}}
+    old = {"provenance": {"training": {**today, "tail_share": 0.5}}}
+    files = {"reversal": doc, "ordering": old}
+    monkeypatch.setattr(study, "_committed",
+                        lambda profile, tasks: {t: files[t] for t in tasks if t in files})
+    docs, missing = study.load_study("study", ["reversal", "ordering", "indexing"])
+    assert list(docs) == ["reversal"] and missing == ["ordering", "indexing"]
+    assert study.stale_tasks("study", ["reversal", "ordering", "indexing"]) == ["ordering"]
+    assert study.is_current(doc, "study") and not study.is_current(old, "study")
+
+
 def test_chapter_params_name_the_parameters_cell():
     """The rules and the trained chapter's parameters cell name the same parameters."""
     cells = json.loads((BOOK / "trained.ipynb").read_text())["cells"]
