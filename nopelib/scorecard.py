@@ -127,8 +127,11 @@ def _row(claim: str, paper: str, page: str, anchor: str, table: pd.DataFrame | N
     counts = per_group.value_counts()
     tally = ", ".join(f"{v} on {counts[v]}" for v in claims.VERDICTS if v in counts)
     side = ">" if worst["above"] else "<"
-    measured = (f"{tally} of {len(per_group)}; nearest to failing: {worst[by]}, layer "
-                f"{int(worst['weakest_layer'])}, {worst['mean']:.3f} [{worst['lo']:.3f}, "
+    where = str(worst[by])  # a probe's group names its layer already
+    if "layer" not in where:
+        where += f", layer {int(worst['weakest_layer'])}"
+    measured = (f"{tally} of {len(per_group)}; nearest to failing: {where}, "
+                f"{worst['mean']:.3f} [{worst['lo']:.3f}, "
                 f"{worst['hi']:.3f}] (the claim: {side} {worst['bound']:g})")
     evidence += (f"; {int(table['n'].min())} seeds, t intervals, Bonferroni over "
                  f"{_tests(worst['level'])} tests")

@@ -399,8 +399,10 @@ def claim_margins(groups: pd.DataFrame, title: str) -> go.Figure:
     mid = sign * (groups["mean"] - groups["bound"])
     ends = np.sort(np.stack([sign * (groups["lo"] - groups["bound"]),
                              sign * (groups["hi"] - groups["bound"])]), axis=0)
-    labels = (groups["claim"].str.split(":").str[0] + " · " + groups["group"].astype(str)
-              + " · layer " + groups["weakest_layer"].astype(str)).to_numpy()
+    group = groups["group"].astype(str)
+    layer = np.where(group.str.contains("layer"), "",
+                     " · layer " + groups["weakest_layer"].astype(str))
+    labels = (groups["claim"].str.split(":").str[0] + " · " + group + layer).to_numpy()
     fig = go.Figure()
     for verdict, colour in VERDICT_COLOURS.items():
         on = (groups["verdict"] == verdict).to_numpy()

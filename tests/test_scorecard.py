@@ -45,6 +45,9 @@ def test_a_row_reads_its_groups_and_names_the_weakest():
     held = scorecard._row("c", "p", "random_init", "x", _table(["holds"] * 3, [0.9] * 3),
                           "group", "live")
     assert held["verdict"] == "replicates"
+    probe = _table(["holds"], [0.9]).assign(group="random init, layer 2")
+    named = scorecard._row("c", "p", "probes", "z", probe, "group", "live")["measured"]
+    assert "random init, layer 2, 0.900" in named and named.count("layer") == 1
     empty = scorecard._row("c", "p", "trained", "y", None, "task", "committed", "no study")
     assert empty["verdict"] == "untested" and empty["measured"] == "no study"
 
