@@ -84,6 +84,7 @@ def tagged_outputs(notebook: Path) -> list[str]:
 def run_set(name: str, env_vars: dict[str, str], out: Path, chapters: list[str]) -> dict:
     """Run the chapters and the summary under one kernel set, in its own cache."""
     where = out / name
+    where.mkdir(parents=True, exist_ok=True)  # papermill writes its output notebook first
     env = {**os.environ, **env_vars, cache.CACHE_ENV: str(where / "cache")}
     env.pop("NOPELIB_MEMO", None)
     result = {"env": env_vars, "chapters": {}}
