@@ -176,6 +176,14 @@ def random_studies(model_seeds: Sequence[int], T: int, w: int, fit_tokens: int,
                       for s in model_seeds], ignore_index=True)
 
 
+def mlp_studies(model_seeds: Sequence[int], T: int, w: int, fit_tokens: int) -> pd.DataFrame:
+    """The paper's probe (a 4-layer MLP, ``ProbeConfig``) on the random-init comparison's
+    models and windows, cosine and variance features only (cached, ``nopelib.memo``)."""
+    return pd.concat([memo(random_study, s, T, [w], fit_tokens, ProbeConfig(),
+                           kinds=("cosine", "variance")) for s in model_seeds],
+                     ignore_index=True)
+
+
 def trained_comparison(docs: Mapping[str, Mapping], tasks: Sequence[str]) -> pd.DataFrame:
     """The probe claim on the committed study's models of ``tasks`` (``committed_probes``),
     the model as the unit and its probe seeds averaged first, per task and layer

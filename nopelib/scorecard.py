@@ -23,8 +23,8 @@ from nopelib import analysis as an, claims, study
 from nopelib.memo import memo
 from nopelib.model import GPTConfig
 from nopelib.params import Choice
-from nopelib.probe import ProbeConfig, RidgeConfig
-from nopelib.probe_study import (paired_differences, random_studies, random_study,
+from nopelib.probe import RidgeConfig
+from nopelib.probe_study import (mlp_studies, paired_differences, random_studies,
                                  trained_comparison)
 from nopelib.profiles import PROFILES
 from nopelib.theory_studies import predicted_config_scores, prediction_table
@@ -197,9 +197,7 @@ def probe_rows(pp: Mapping[str, object], docs: Mapping, judged: Sequence[str]) -
     table = random_studies(seeds, pp["T"], pp["w"], pp["n_fit_tokens"], RidgeConfig())
     comp = claims.probe_claims(paired_differences(table[~table.shuffled], "seed"),
                                model="seed")
-    mlp = pd.concat([memo(random_study, s, pp["T"], [pp["w"]], pp["mlp_fit_tokens"],
-                          ProbeConfig(), kinds=("cosine", "variance")) for s in seeds],
-                    ignore_index=True)
+    mlp = mlp_studies(seeds, pp["T"], pp["w"], pp["mlp_fit_tokens"])
     mlp_comp = claims.probe_claims(paired_differences(mlp, "seed"), model="seed")
     (c1, p1, g1, a1), (cm, pm, gm, am), (c2, p2, g2, a2) = _specs("5")
     live = (f"live: {len(seeds)} random models, window {pp['w']}, length {pp['T']}, "

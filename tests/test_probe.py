@@ -377,3 +377,12 @@ def test_with_interval():
     row = ci.loc[(1, "cosine")]
     assert text.loc[(1, "cosine"), "r"] == (
         f"{row['r']:.3f} [{row['r lo']:.3f}, {row['r hi']:.3f}]")
+
+
+def test_mlp_studies_probe_cosine_and_variance_with_the_papers_mlp(tmp_path, monkeypatch):
+    from nopelib.probe_study import mlp_studies
+
+    monkeypatch.setenv("NOPELIB_CACHE_DIR", str(tmp_path))
+    table = mlp_studies([0, 1], 12, 2, 200)
+    assert set(table.features) == {"cosine", "variance"} and set(table.seed) == {0, 1}
+    assert not table.shuffled.any() and set(table.w) == {2}
