@@ -304,6 +304,24 @@ def chance_control(scores: pd.DataFrame, name: str = "bidirectional",
                                                  (CHANCE + NEAR_CHANCE, False))], alpha)
 
 
+FINDS_AT = 0.9  # a positive control's probe "finds position" when its R reaches this
+POSITIVE_CONTROL = dict(pos_encoding="learned")  # GPTConfig override: see positive_control
+
+
+def positive_control(table: pd.DataFrame) -> pd.DataFrame:
+    """The probes' positive control: one model with a position encoding of the token
+    embedding's amplitude (``POSITIVE_CONTROL``: a learned position embedding at nanoGPT's
+    initialisation, N(0, 0.02^2) like the base model's tokens), probed as the NoPE models
+    are. Per (layer, feature set) its R against FINDS_AT: "finds" at or above, "misses"
+    below. One model and one probe seed, so a point against a bound (a check that can fail,
+    not a test with an interval). ``table``: ``probe_study.random_study`` rows."""
+    if table.empty:
+        raise ValueError("positive_control: no probe rows")
+    out = table.groupby(["layer", "features"])[["r", "nrmse"]].mean()
+    return out.assign(bound=FINDS_AT,
+                      verdict=np.where(out["r"] >= FINDS_AT, "finds", "misses"))
+
+
 def prediction_sides(predicted: Sequence[float], measured: Sequence[float],
                      bound: float = KEEPS_AT) -> pd.Series:
     """Per configuration, whether a prediction made before the measurement puts the score on

@@ -192,6 +192,29 @@ def trained_comparison(docs: Mapping[str, Mapping], tasks: Sequence[str]) -> pd.
     return claims.probe_claims(diffs, model="model_seed", group="task")
 
 
+def format_lift(table: pd.DataFrame, unit: str = "model_seed",
+                level: float = 0.95) -> pd.DataFrame:
+    """What a trained model computes beyond its task's format: every layer's NRMSE and R
+    minus the same model's layer 0 (token embeddings of the same inputs, whose position
+    signal is the format's), per feature set; a model's probe seeds are averaged first and
+    the interval is Student t over models (``unit``) at ``level``, one layer at a time (a
+    description, not a family). One row per (layer, feature set) from layer 1: columns
+    nrmse lift, nrmse lo, nrmse hi, r lift, r lo, r hi, n."""
+    per_unit = table.groupby(["layer", "features", unit])[["nrmse", "r"]].mean()
+    if 0 not in per_unit.index.get_level_values("layer"):
+        raise ValueError("format_lift needs layer 0 rows: the format's own signal")
+    base = per_unit.xs(0, level="layer")  # [features, unit]
+    lift = per_unit.drop(index=0, level="layer") - base  # aligned on (features, unit)
+    rows = []
+    for (layer, kind), group in lift.groupby(level=["layer", "features"]):
+        row = dict(layer=layer, features=kind, n=len(group))
+        for metric in ("nrmse", "r"):
+            mean, lo, hi = t_interval(group[metric].to_numpy(), level)
+            row.update({f"{metric} lift": mean, f"{metric} lo": lo, f"{metric} hi": hi})
+        rows.append(row)
+    return pd.DataFrame(rows).set_index(["layer", "features"])
+
+
 def trained_study(task: str, seed: int, profile: str | TrainProfile, fit_tokens: int, w: int,
                   probe_seeds: list[int], model: GPT, config: RidgeConfig,
                   shuffle: bool = False) -> pd.DataFrame:

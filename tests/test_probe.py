@@ -2,13 +2,16 @@
 ridge and MLP probes, positive and negative control models, paired comparisons, errors."""
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
+from nopelib import claims
 from nopelib.analysis import random_model
 from nopelib.metrics import cosine_similarity_matrix, embedding_variance
 from nopelib.probe_study import (
     CHAPTER_PARAMS,
+    format_lift,
     metric_intervals,
     paired_differences,
     random_study,
@@ -237,6 +240,36 @@ def test_positive_and_negative_control_models():
     assert (bidir.r.abs() <= 0.1).all(), bidir
     causal = probe_model(random_model(**kw), ids, [4], kinds=("hidden",), layers=[1])
     assert (causal.r > 0.3).all(), causal
+
+
+def test_format_lift_is_each_layer_minus_the_same_models_layer_0():
+    rows = [dict(layer=layer, features=kind, model_seed=m, seed=s,
+                 nrmse=1.0 - 0.1 * layer - 0.01 * m, r=0.2 * layer + 0.1 * m + 0.01 * s)
+            for layer in range(3) for kind in ("cosine", "variance")
+            for m in range(4) for s in range(2)]
+    lift = format_lift(pd.DataFrame(rows))
+    assert list(lift.index.get_level_values("layer").unique()) == [1, 2]
+    # every model's layer 0 is subtracted from its own layers: no spread is left
+    np.testing.assert_allclose(lift.loc[(2, "cosine"), ["r lift", "r lo", "r hi"]], 0.4)
+    np.testing.assert_allclose(lift.loc[(1, "variance"), "nrmse lift"], -0.1)
+    assert (lift["n"] == 4).all()
+    with pytest.raises(ValueError, match="layer 0"):
+        format_lift(pd.DataFrame(rows).query("layer > 0"))
+
+
+def test_positive_control_model_finds_position_in_the_full_state():
+    """The amplitude-matched position embedding (claims.POSITIVE_CONTROL) is visible to the
+    full-state probe; the rule reads "finds" and "misses" against claims.FINDS_AT."""
+    ids = random_token_sequences(300, 24, CHARS, seed=1)
+    net = random_model(n_layer=2, n_head=2, n_embd=48, seed=0, **claims.POSITIVE_CONTROL)
+    table = probe_model(net, ids, [4])
+    control = claims.positive_control(table)
+    assert control.loc[(0, "hidden"), "verdict"] == "finds", control
+    assert set(control.verdict) <= {"finds", "misses"}
+    low = table.assign(r=claims.FINDS_AT - 0.01)
+    assert (claims.positive_control(low).verdict == "misses").all()
+    with pytest.raises(ValueError, match="no probe rows"):
+        claims.positive_control(table.iloc[:0])
 
 
 def test_probe_model_windows_and_lengths():
