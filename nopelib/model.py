@@ -153,7 +153,10 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(config.dropout)
         self.hook_pattern = HookPoint()  # attention probabilities [B, H, T, T] (explicit path)
 
-    def forward(self, x: torch.Tensor, attn_impl: str = "fused") -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_impl: str = "fused",
+                window: int | None = None) -> torch.Tensor:
+        """Attention over the sequence; ``window`` (causal only) lets position i attend to
+        positions i - window + 1 .. i alone: sliding-window attention."""
         B, T, C = x.shape  # batch, time, channels
         hs = C // self.n_head
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
@@ -166,19 +169,24 @@ class CausalSelfAttention(nn.Module):
         if self.pos_encoding == "alibi":
             bias = alibi_bias(self.n_head, T, self.causal, x.device).to(q.dtype)
 
+        band = None if window is None else _band(T, window, x.device)  # [T, T], True: seen
+        if band is not None and bias is not None:
+            bias = bias.masked_fill(~band, float("-inf"))
         if attn_impl == "fused":
+            mask = self._fused_mask(bias, T, x.device)
             y = F.scaled_dot_product_attention(
                 q, k, v,
-                attn_mask=self._fused_mask(bias, T, x.device),
+                attn_mask=band if mask is None and band is not None else mask,
                 dropout_p=self.dropout if self.training else 0.0,
-                is_causal=self.causal and bias is None,
+                is_causal=self.causal and bias is None and band is None,
             )
         else:
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # [B, H, T, T]
             if bias is not None:
                 att = att + bias
             if self.causal:
-                mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+                mask = band if band is not None else torch.ones(
+                    T, T, dtype=torch.bool, device=x.device).tril()
                 att = att.masked_fill(~mask, float("-inf"))
             att = self.hook_pattern(F.softmax(att, dim=-1))
             y = self.attn_dropout(att) @ v  # [B, H, T, hs]
@@ -192,6 +200,13 @@ class CausalSelfAttention(nn.Module):
             return bias
         causal = torch.ones(T, T, dtype=torch.bool, device=device).tril()
         return bias.masked_fill(~causal, float("-inf"))
+
+
+def _band(T: int, window: int, device: torch.device) -> torch.Tensor:
+    """[T, T] bool, True where query i may see key j: i - window < j <= i."""
+    i = torch.arange(T, device=device)
+    gap = i[:, None] - i[None, :]  # [T, T]: query minus key
+    return (gap >= 0) & (gap < window)
 
 
 class MLP(nn.Module):
@@ -217,9 +232,10 @@ class Block(nn.Module):
         self.hook_attn_out = HookPoint()  # what attention adds to it (c_proj's output)
         self.hook_resid_post = HookPoint()  # the residual stream leaving the block
 
-    def forward(self, x: torch.Tensor, attn_impl: str = "fused") -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_impl: str = "fused",
+                window: int | None = None) -> torch.Tensor:
         x = self.hook_resid_pre(x)
-        x = x + self.hook_attn_out(self.attn(self.ln_1(x), attn_impl))
+        x = x + self.hook_attn_out(self.attn(self.ln_1(x), attn_impl, window))
         x = x + self.mlp(self.ln_2(x))
         return self.hook_resid_post(x)
 
@@ -305,14 +321,20 @@ class GPT(nn.Module):
             x = x + sinusoidal_table(T, self.config.n_embd, idx.device).to(x.dtype)
         return x
 
-    def _run(self, idx: torch.Tensor, attn_impl: str, n_blocks: int | None = None) -> torch.Tensor:
+    def _run(self, idx: torch.Tensor, attn_impl: str, n_blocks: int | None = None,
+             window: int | None = None) -> torch.Tensor:
         """The residual stream after the first ``n_blocks`` blocks (all by default): [B, T, C]."""
         if attn_impl not in ATTN_IMPLS:
             raise ValueError(f"attn_impl={attn_impl!r} is unknown; allowed: {ATTN_IMPLS}")
+        if window is not None:
+            if type(window) is not int or window < 1:
+                raise ValueError(f"window={window!r} must be a positive integer or None")
+            if not self.config.causal:
+                raise ValueError("window needs causal=True: a sliding window looks back")
         self._check_idx(idx)
         x = self.transformer.drop(self._embed(idx))
         for block in self.transformer.h[:n_blocks]:
-            x = block(x, attn_impl)
+            x = block(x, attn_impl, window)
         return x
 
     def forward(
@@ -338,6 +360,7 @@ class GPT(nn.Module):
         names: Sequence[str] | None = None,
         attn_impl: str = "explicit",
         stop_at_layer: int | None = None,
+        window: int | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Forward pass that records the activations at the hook points ``names`` (all if None).
 
@@ -346,7 +369,8 @@ class GPT(nn.Module):
         outlives the call, even when it raises. With ``stop_at_layer=n`` only blocks 0..n-1 run
         (a sweep that needs block 0 alone skips the rest) and the first item is the residual
         stream after them [B, T, C], as in TransformerLens. ``attn_impl="fused"`` is faster but
-        has no attention pattern to record.
+        has no attention pattern to record. ``window`` restricts attention to the last
+        ``window`` positions (sliding-window attention; None: the whole causal prefix).
         """
         names = list(self.hook_points) if names is None else list(names)
         unknown = [n for n in names if n not in self.hook_points]
@@ -360,7 +384,7 @@ class GPT(nn.Module):
 
         handles = [self.hook_points[n].register_forward_hook(partial(store, n)) for n in names]
         try:
-            x = self._run(idx, attn_impl, stop_at_layer)
+            x = self._run(idx, attn_impl, stop_at_layer, window)
         finally:
             for h in handles:
                 h.remove()
@@ -371,15 +395,18 @@ class GPT(nn.Module):
         out = x if stop_at_layer is not None else self.lm_head(self.transformer.ln_f(x))
         return out, cache
 
-    def hidden_states(self, idx: torch.Tensor) -> torch.Tensor:
+    def hidden_states(self, idx: torch.Tensor, attn_impl: str = "explicit",
+                      window: int | None = None) -> torch.Tensor:
         """Residual stream at every layer: [n_layer + 1, B, T, n_embd].
 
         Index 0 is the token embedding (plus the position encoding, if any) that enters block 1;
-        index l is the residual stream after block l. Computed with the explicit attention path.
+        index l is the residual stream after block l. Computed with the explicit attention path
+        unless ``attn_impl="fused"`` (no [B, H, T, T] tensor: long sequences); ``window`` as in
+        ``run_with_cache``.
         """
         L = self.config.n_layer
         names = ["blocks.0.hook_resid_pre"] + [f"blocks.{l}.hook_resid_post" for l in range(L)]
-        _, cache = self.run_with_cache(idx, names)
+        _, cache = self.run_with_cache(idx, names, attn_impl, window=window)
         return torch.stack([cache[n] for n in names])
 
     def attention_weights(self, idx: torch.Tensor) -> torch.Tensor:

@@ -5,7 +5,7 @@ small JSON file with its provenance; the chapters draw from it. A file edited by
 broken by a merge, must not turn into a wrong verdict (a NaN accuracy that flips "learned", a
 string printed as a number), nor fail after a chapter's 20 minutes of training with a bare
 ``KeyError``. So every file is read through ``load``: its kind comes from its name
-(``trained_*``, ``recipe_*``, ``grid_*``), it is checked against that kind's schema (required
+(``trained_*``, ``recipe_*``, ``grid_*``, ``long_*``), it is checked against that kind's schema (required
 fields, types, ranges, finiteness, lists of one length) and any problem raises ResultsError
 naming the file and the field. The folder is found from the package, not the working
 directory, so a papermill run from anywhere finds the committed studies. ``check_all`` reads
@@ -37,7 +37,7 @@ from nopelib.profiles import TrainProfile
 from nopelib.tasks import TASKS
 
 RESULTS_DIR = cache.PACKAGE_DIR.parent / "book" / "results"
-KINDS = ("recipe", "grid", "trained")
+KINDS = ("recipe", "grid", "trained", "long")
 MAX_BYTES = 64 * 2**20  # a committed result is kilobytes to a few megabytes
 
 
@@ -82,6 +82,8 @@ EXTRA_PROVENANCE: dict[str, dict[str, tuple[Check, str]]] = {
     "grid": {"grid": (_text, "a grid name"), "backend": (_text, "a backend name")},
     "trained": {"profile": (_text, "a profile name"),
                 "training": (lambda v: isinstance(v, dict), "the profile's fields")},
+    "long": {"T": (_int(16), "an integer >= 16"),
+             "base": (lambda v: isinstance(v, dict), "the base model's GPTConfig fields")},
 }
 RUN: dict[str, tuple[Check, str]] = {
     "task": (lambda v: v in TASKS, f"one of {list(TASKS)}"),
@@ -102,6 +104,25 @@ EXTRA_RUN: dict[str, dict[str, tuple[Check, str]]] = {
                 "scores_after": (_scores, "a list of >= 2 scores in [0, 1]"),
                 "trajectory": (lambda v: isinstance(v, dict),
                                "an object with step, accuracy and scores")},
+}
+
+
+def _rows(width: int, lo: float = -math.inf, hi: float = math.inf) -> Check:
+    """A non-empty list of rows of ``width`` finite numbers, the last in [lo, hi]."""
+    return lambda v: (isinstance(v, list) and bool(v) and all(
+        isinstance(r, list) and len(r) == width and all(_number()(x) for x in r)
+        and lo <= r[-1] <= hi for r in v))
+
+
+# a long-sequence run (nopelib.long_context.long_run) is no training run: its own fields
+LONG_RUN: dict[str, tuple[Check, str]] = {
+    "n_embd": (_int(1), "an integer >= 1"),
+    "seed": (_int(0), "an integer >= 0"),
+    "window": (lambda v: v is None or _int(1)(v), "null or an integer >= 1"),
+    "scores": (_rows(3, 0.0, 1.0), "rows [length, layer, score in [0, 1]]"),
+    "predicted_scores": (_rows(2, 0.0, 1.0), "rows [length, predicted score in [0, 1]]"),
+    "order": (_rows(4, 0.0, 1.0), "rows [layer, octave, d, fraction in [0, 1]]"),
+    "predicted_order": (_rows(3, 0.0, 1.0), "rows [octave, d, probability in [0, 1]]"),
 }
 
 
@@ -138,7 +159,7 @@ def validate(doc: Any, kind: str, name: str = "result") -> dict:
         raise ResultsError(f"{name}: runs must be a non-empty list")
     for i, run in enumerate(runs):
         where = f"{name}: runs[{i}]"
-        _check_fields(where, run, {**RUN, **EXTRA_RUN[kind]})
+        _check_fields(where, run, LONG_RUN if kind == "long" else {**RUN, **EXTRA_RUN[kind]})
         if kind == "recipe":
             curve = run["curve"]
             steps, acc = curve.get("step"), curve.get("accuracy")

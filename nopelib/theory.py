@@ -82,22 +82,36 @@ def coincidence_counts(tokens: Sequence[int]) -> np.ndarray:
     return same.cumsum(0).cumsum(1)
 
 
-def averaged_gram(tokens: Sequence[int]) -> np.ndarray:
-    """E<a_a, a_b> / s^2 = n_ab / (a b) when equal tokens share a value vector: [T, T]."""
+def averaged_gram(tokens: Sequence[int], window: int | None = None) -> np.ndarray:
+    """E<a_a, a_b> / s^2 = n_ab / (a b) when equal tokens share a value vector: [T, T].
+
+    With ``window`` W, a_k averages the last min(k, W) value vectors (sliding-window
+    attention): n_ab counts the equal pairs within the two windows, over min(a, W) min(b, W).
+    """
     n = coincidence_counts(tokens)
     p = _positions(n.shape[0])
-    return n / np.outer(p, p)
+    if window is None:
+        return n / np.outer(p, p)
+    check_positive_int("window", window)
+    W = int(window)
+    # pairs in (a-W, a] x (b-W, b]: the 2-D prefix sums n, differenced W back on each axis
+    pad = np.zeros((n.shape[0] + W, n.shape[1] + W))
+    pad[W:, W:] = n
+    inside = pad[W:, W:] - pad[:-W, W:] - pad[W:, :-W] + pad[:-W, :-W]
+    width = np.minimum(p, W)
+    return inside / np.outer(width, width)
 
 
-def residual_gram(tokens: Sequence[int], rho: float) -> np.ndarray:
+def residual_gram(tokens: Sequence[int], rho: float, window: int | None = None) -> np.ndarray:
     """Expected Gram matrix of h_k = e_{t_k} + a_k in units of s^2: [T, T].
 
-    rho = |e| / |u|: the embedding norm over the norm of one (projected) value vector.
+    rho = |e| / |u|: the embedding norm over the norm of one (projected) value vector;
+    ``window`` as in ``averaged_gram``.
     """
     if not (rho >= 0 and math.isfinite(rho)):
         raise ValueError(f"rho={rho!r} must be a finite number >= 0")
     t = np.asarray(tokens)
-    return rho**2 * (t[:, None] == t[None, :]) + averaged_gram(tokens)
+    return rho**2 * (t[:, None] == t[None, :]) + averaged_gram(tokens, window)
 
 
 def residual_cosine(i: np.ndarray | int, j: np.ndarray | int, rho: float) -> np.ndarray:

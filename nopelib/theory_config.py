@@ -82,35 +82,44 @@ def sample_triples(T: int, n: int, seed: int = 0) -> np.ndarray:
     return np.stack([k, np.minimum(a, b), np.maximum(a, b)], axis=1)
 
 
-def predict_config_score(config: GPTConfig, token_seqs: Sequence[Sequence[int]],
-                         max_triples: int = 200_000, seed: int = 0) -> float:
-    """Predicted layer-1 adjacency score of a random model of ``config``, mean over sequences.
-
-    Everything comes from the configuration: rho from ``closed_form_ratio``, the common vector
-    from the embedding mean, the width d; no score or activation is measured. Each sequence's
-    score is the mean of its row scores, computed over every comparison when there are at most
-    ``max_triples`` of them and estimated from ``max_triples`` sampled ones otherwise. Deeper
-    layers are outside the model (it describes block 1 only). Raises where the closed forms do
-    not reach (``init_scales``) or attention is far from uniform (logit std above 1).
-    """
-    if len(token_seqs) == 0:
-        raise ValueError("token_seqs must hold at least one sequence")
+def comparison_model(config: GPTConfig) -> tuple[float, float]:
+    """The residual-stream model of block 1 for ``config``, from the configuration alone:
+    (rho, the common vector's squared norm in units of s^2), as ``comparison_probabilities``
+    takes them (its width is n_embd). Raises where attention is far from uniform (logit std
+    above 1), outside the averaging effect, or where ``init_scales`` does not reach."""
     logits = attention_logit_scale(config)
     if logits > 1.0:
         raise ValueError(f"init_std={config.init_std!r}, n_embd={config.n_embd!r}: attention "
                          f"logits of std {logits:.3g} (> 1) are far from uniform, outside the "
                          "averaging effect")
     sc = init_scales(config)
-    d = config.n_embd
-    rho = closed_form_ratio(config)
     s = float(value_scale(sc["sigma_e"], closed_form_value_scale(config)))
-    common = sc["mu"] ** 2 * d / s**2
+    return closed_form_ratio(config), sc["mu"] ** 2 * config.n_embd / s**2
+
+
+def predict_config_score(config: GPTConfig, token_seqs: Sequence[Sequence[int]],
+                         max_triples: int = 200_000, seed: int = 0,
+                         window: int | None = None) -> float:
+    """Predicted layer-1 adjacency score of a random model of ``config``, mean over sequences.
+
+    Everything comes from the configuration: rho from ``closed_form_ratio``, the common vector
+    from the embedding mean, the width d; no score or activation is measured. Each sequence's
+    score is the mean of its row scores, computed over every comparison when there are at most
+    ``max_triples`` of them and estimated from ``max_triples`` sampled ones otherwise. Deeper
+    layers are outside the model (it describes block 1 only). ``window``: sliding-window
+    attention (``theory.averaged_gram``). Raises where the closed forms do not reach
+    (``comparison_model``).
+    """
+    if len(token_seqs) == 0:
+        raise ValueError("token_seqs must hold at least one sequence")
+    rho, common = comparison_model(config)
+    d = config.n_embd
     scores = []
     for n, tokens in enumerate(token_seqs):
         T = len(tokens)
         if T < 3:
             raise ValueError(f"token_seqs[{n}] has length {T}; need >= 3")
-        K = residual_gram(tokens, rho)
+        K = residual_gram(tokens, rho, window)
         if T * (T - 1) * (T - 2) // 6 <= max_triples:
             idx = all_triples(T)
             p = comparison_probabilities(K, idx, d, common)

@@ -166,3 +166,27 @@ def test_compiled_forward_is_one_graph():
     idx = torch.randint(0, 20, (4, 12))
     explanation = torch._dynamo.explain(model)(idx, idx)
     assert explanation.graph_count == 1 and explanation.graph_break_count == 0, explanation.break_reasons
+
+
+def test_sliding_window_attention():
+    """window: position i sees i - window + 1 .. i alone, on both attention paths; a window
+    as long as the sequence is global attention; bad windows raise."""
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32)).eval()
+    idx = torch.randint(0, 23, (2, 40), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        full = model.hidden_states(idx)
+        torch.testing.assert_close(model.hidden_states(idx, window=40), full)
+        win = model.hidden_states(idx, window=8)
+        torch.testing.assert_close(model.hidden_states(idx, "fused", window=8), win)
+        changed = idx.clone()
+        changed[:, 5] = (changed[:, 5] + 1) % 23
+        moved = model.hidden_states(changed, window=8)
+    # two blocks of 8-wide windows reach 2 x 7 positions back: 20 no longer sees 5
+    assert torch.equal(moved[:, :, 20:], win[:, :, 20:])
+    assert not torch.equal(moved[:, :, 6:12], win[:, :, 6:12])
+    assert not torch.allclose(win[:, :, 20:], full[:, :, 20:])
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="window"):
+            model.hidden_states(idx, window=bad)
+    with pytest.raises(ValueError, match="causal"):
+        GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, causal=False)).hidden_states(idx, window=4)
