@@ -372,3 +372,54 @@ def probe_claims(diffs: pd.DataFrame, model: str, layers: Sequence[int] | None =
         row["verdict"] = {"holds": "cosine", "fails": "variance"}.get(verdict, verdict)
         rows.append(row)
     return pd.DataFrame(rows).set_index(([group] if group else []) + ["layer"])
+
+
+# ---------------------------------------------------------------------------------------------
+# beyond the paper: long sequences (nopelib.long_context; the criticism of Dawes et al.)
+
+ORDER_LEVEL = 0.75  # a distance is resolved when row i orders it behind i - 1 this often
+LONG_CLAIMS = (
+    ("beyond: layer 1 in the paper's range at length", "layer 1 at least 0.8 at T tokens"),
+    ("beyond: the pattern above chance at length",
+     "every layer from 1 above 0.6 at T tokens"),
+    ("beyond: neighbours unresolved at length (the criticism)",
+     "rows i in [T/2, T) rank i - 1 above i - T/2 less often than 0.75"),
+)
+
+
+def long_claims(scores: pd.DataFrame, order: pd.DataFrame,
+                alpha: float = ALPHA) -> pd.DataFrame:
+    """Every test of the long-sequence readings, the model seed as the unit, at the longest
+    length T scored. ``scores`` and ``order`` are ``long_context.run_frames``'s frames (one
+    sequence per seed). Groups are the models ("<width> wide", with ", window W" for a
+    sliding window); each reading one family (Bonferroni); rows as ``init_claims``'s. The
+    resolution test reads the farthest distance tried (d = T/2, where the averaging theory's
+    gap is largest) on the last octave of rows: "holds" (the criticism holds: unresolved)
+    when its interval lies below ORDER_LEVEL, "fails" (resolved) when above it."""
+    T = int(scores["length"].max())
+    last = order[(order.octave == order.octave.max())]
+    last = last[last.d == last.d.max()]
+    tests = []
+    for (width, window), g in scores[scores.length == T].groupby(["n_embd", "window"]):
+        name = f"{width} wide" + (f", window {window}" if window else "")
+        wide = g.pivot_table(index="seed", columns="layer", values="score")
+        tests.append((*LONG_CLAIMS[0], name, 1, wide[1], KEEPS_AT, True))
+        tests += [(*LONG_CLAIMS[1], name, i, wide[i], CHANCE + NEAR_CHANCE, True)
+                  for i in wide if i]
+        mine = last[(last.n_embd == width) & (last.window == window)]
+        far = mine.pivot_table(index="seed", columns="layer", values="measured")
+        tests += [(*LONG_CLAIMS[2], name, i, far[i], ORDER_LEVEL, False) for i in far if i]
+    if not tests:
+        raise ValueError("long_claims: no scores to judge")
+    return _judge_families(tests, alpha)
+
+
+def resolution_agreement(res: pd.DataFrame) -> pd.Series:
+    """Whether the theory's d*(i) lies in the measured interval, per layer-1 row of
+    ``long_context.resolution`` (NaN read as "beyond every distance tried", so a predicted
+    "unresolved" agrees with an interval that reaches past the distances): "agrees" or
+    "disagrees", indexed as ``res``'s layer-1 rows."""
+    rows = res[res.layer == 1]
+    lo, hi, pred = (rows[c].fillna(np.inf) for c in ("d_lo", "d_hi", "predicted"))
+    return pd.Series(np.where((lo <= pred) & (pred <= hi), "agrees", "disagrees"),
+                     index=rows.index)

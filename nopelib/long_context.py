@@ -38,6 +38,7 @@ import pandas as pd
 import torch
 
 from nopelib import results
+from nopelib.claims import ORDER_LEVEL
 from nopelib.analysis import length_tokens, random_model
 from nopelib.metrics import adjacency_score, cosine_similarity_matrix
 from nopelib.model import GPTConfig
@@ -45,7 +46,6 @@ from nopelib.stats import t_interval
 from nopelib.theory import comparison_probabilities, residual_gram
 from nopelib.theory_config import comparison_model, predict_config_score
 
-ORDER_LEVEL = 0.75  # a distance is resolved when row i orders it right this often
 ROWS_PER_OCTAVE = 256  # rows sampled (evenly) from each octave of positions
 DISTANCES_PER_OCTAVE = 16  # distances, log-spaced from 2 to a/2, per octave [a/2, a)
 MIN_OCTAVE = 16  # the first octave is [8, 16)

@@ -198,3 +198,27 @@ def test_overall_verdicts():
     assert claims.overall(["holds", "fails"]) == "partly"
     assert claims.overall(["fails", "cannot tell"]) == "fails"
     assert claims.overall(["holds", "cannot tell"]) == "cannot tell"
+
+
+def test_long_claims_read_the_longest_length_and_the_farthest_distance():
+    seeds, layers = range(4), range(3)
+    scores = pd.DataFrame([dict(n_embd=384, window=w, seed=s, length=L, layer=i,
+                                score=(0.5 if i == 0 else 0.9 if w else 0.55) + 0.001 * s)
+                           for w in (0, 64) for s in seeds for L in (32, 64) for i in layers])
+    order = pd.DataFrame([dict(n_embd=384, window=w, seed=s, layer=i, octave=a, d=d,
+                               measured=(0.95 if w else 0.5) + 0.001 * s)
+                          for w in (0, 64) for s in seeds for i in layers
+                          for a in (32, 64) for d in (2, a // 2)])
+    tests = claims.long_claims(scores, order)
+    table = claims.claim_table(tests, by="group").set_index(["claim", "group"])
+    verdict = table.verdict.unstack("group").loc[[c for c, _ in claims.LONG_CLAIMS]]
+    assert list(verdict["384 wide"]) == ["fails", "fails", "holds"]
+    assert list(verdict["384 wide, window 64"]) == ["holds", "holds", "fails"]
+    assert (tests.n == 4).all() and set(tests.layer) == {1, 2}
+
+
+def test_resolution_agreement_reads_nan_as_beyond_the_distances():
+    res = pd.DataFrame(dict(layer=[1, 1, 1, 2], d_lo=[2.0, np.nan, 4.0, 2.0],
+                            d_hi=[8.0, np.nan, np.nan, 3.0],
+                            predicted=[5.0, np.nan, 3.0, np.nan]))
+    assert list(claims.resolution_agreement(res)) == ["agrees", "agrees", "disagrees"]
