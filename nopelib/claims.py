@@ -401,7 +401,7 @@ def long_claims(scores: pd.DataFrame, order: pd.DataFrame,
     last = last[last.d == last.d.max()]
     tests = []
     for (width, window), g in scores[scores.length == T].groupby(["n_embd", "window"]):
-        name = f"{width} wide" + (f", window {window}" if window else "")
+        name = f"{width} wide" + (f", window {window}" if window else "")  # model_name's
         wide = g.pivot_table(index="seed", columns="layer", values="score")
         tests.append((*LONG_CLAIMS[0], name, 1, wide[1], KEEPS_AT, True))
         tests += [(*LONG_CLAIMS[1], name, i, wide[i], CHANCE + NEAR_CHANCE, True)

@@ -42,6 +42,7 @@ from nopelib.claims import ORDER_LEVEL
 from nopelib.analysis import length_tokens, random_model
 from nopelib.metrics import adjacency_score, cosine_similarity_matrix
 from nopelib.model import GPTConfig
+from nopelib.params import SEED, Float, Int, ListOf
 from nopelib.stats import t_interval
 from nopelib.theory import comparison_probabilities, residual_gram
 from nopelib.theory_config import comparison_model, predict_config_score
@@ -204,6 +205,36 @@ def score_table(scores: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def model_name(width: int, window: int) -> str:
+    """How the chapter and ``claims.long_claims`` name a model: "384 wide[, window 64]"."""
+    return f"{width} wide" + (f", window {window}" if window else "")
+
+
+def resolved_up_to(res: pd.DataFrame) -> pd.DataFrame:
+    """Per model and layer, the last octave [a/2, a) whose rows resolve some distance (d*
+    finite on the seed mean; 0 where none does), measured and, on layer 1, predicted.
+    ``res``: ``resolution``'s table. Columns model, layer, measured, predicted."""
+    def last(frame: pd.DataFrame, column: str) -> int:
+        finite = frame.octave[frame[column].notna()]
+        return int(finite.max()) if len(finite) else 0
+
+    rows = [dict(model=model_name(w, win), layer=layer, measured=last(g, "d_star"),
+                 predicted=last(g, "predicted") if layer == 1 else None)
+            for (w, win, layer), g in res.groupby(["n_embd", "window", "layer"])]
+    return pd.DataFrame(rows)
+
+
+def verdict_lines(table: pd.DataFrame) -> str:
+    """Markdown: one bullet per reading of ``claims.claim_table(long_claims(...), by="group")``
+    with each model's verdict and its weakest test (layer, mean and interval)."""
+    lines = []
+    for (claim, reading), g in table.groupby(["claim", "reading"], sort=False):
+        parts = [f"{r.group}: **{r.verdict}** (layer {r.weakest_layer}: {r.mean:.3f} "
+                 f"[{r.lo:.3f}, {r.hi:.3f}])" for r in g.itertuples()]
+        lines.append(f"- *{claim}* ({reading}): " + "; ".join(parts) + ".")
+    return "\n".join(lines)
+
+
 def study(widths: Sequence[int], seeds: Sequence[int], T: int, windows: Sequence[int | None],
           base: GPTConfig | None = None, window_width: int | None = None) -> list[dict]:
     """``long_run`` for every width (global attention) and, at ``window_width`` (the base
@@ -223,17 +254,35 @@ def study(widths: Sequence[int], seeds: Sequence[int], T: int, windows: Sequence
     return out
 
 
+# The long-sequence chapter's parameters (its ``parameters`` cell: edit the two together).
+# Upper bounds: rough costs on the 2-core development machine; the reason is in each message.
+CHAPTER_PARAMS = {
+    "T": Int(min=MIN_OCTAVE, max=8192, why="a [7, T, T] float32 similarity tensor per model: "
+             "1.9 GB and ~2 min per model at 8,192"),
+    "widths": ListOf(Int(min=6, max=1536, why="a 1536-wide model at 8,192 tokens is ~10 min"
+                         ).where(lambda w, p: w % 6 == 0, "divisible by the 6 heads"),
+                     unique=True, min_len=1, max_len=8, why="one model per width and seed"),
+    "seeds": ListOf(SEED, unique=True, min_len=3, max_len=20,
+                    why="the seed is the unit (3 for an interval); each adds one model per "
+                        "width and window"),
+    "windows": ListOf(Int(min=1, max=8192, why="at most T"), unique=True, max_len=4,
+                      why="each window adds one base-width model per seed"),
+    "layer": Int(min=0, max=6, why="the base model has 6 blocks"),
+    "level": Float(min=0.5, max=1.0, open=True),
+}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m nopelib.long_context",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="the long_*.json to write")
     parser.add_argument("--T", type=int, default=8192, help="sequence length")
     parser.add_argument("--widths", type=int, nargs="+", default=[192, 384, 768])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--windows", type=int, nargs="*", default=[64],
                         help="sliding windows, at the base width")
     args = parser.parse_args(argv)
-    from nopelib.params import SEED, Int, check_args
+    from nopelib.params import check_args
 
     check_args(parser, {  # exit 2 now, not after an hour
         "--T": (args.T, Int(min=MIN_OCTAVE, max=16_384, why="a [7, T, T] float32 similarity "

@@ -9,11 +9,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from nopelib.long_context import model_name as _label
 from nopelib.viz import DEFAULT_COLOURS
-
-
-def _label(width: int, window: int) -> str:
-    return f"{width} wide" + (f", window {window}" if window else "")
 
 
 def score_lengths(table: pd.DataFrame, layers: list[int], title: str) -> go.Figure:

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from nopelib import claims
 from nopelib import long_context as lc
 from nopelib import results
 from nopelib.model import GPTConfig
@@ -92,3 +93,25 @@ def test_cli_refuses_bad_flags_before_work(tmp_path, capsys):
         assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "--T 8" in err and "--widths 100" in err and "long_*.json" in err
+
+
+def test_figures_draw_every_model_and_the_prediction():
+    from nopelib import viz_long
+
+    runs = [{"n_embd": SMALL.n_embd, "window": w, "seed": s,
+             **lc.long_run(SMALL, s, 64, [32, 64], w)} for w in (None, 8) for s in range(3)]
+    frames = lc.run_frames(runs)
+    fig = viz_long.score_lengths(lc.score_table(frames["scores"]), [1, 2], "t")
+    names = [t.name for t in fig.data]
+    assert "32 wide, layer 1" in names and "32 wide, window 8, layer 1 predicted" in names
+    assert len(fig.data) == 2 * 3  # per model: two layers and the prediction
+    res = lc.resolution(frames["order"])
+    assert len(viz_long.resolution_lines(res, 1, "t").data) == 4  # measured + predicted
+    assert len(viz_long.resolution_lines(res, 2, "t").data) == 2  # no prediction past 1
+    curves = viz_long.order_curves(frames["order"], SMALL.n_embd, 0, 1, 0.75, "t")
+    assert len(curves.data) == 2 * len(lc.octaves(64))
+    up_to = lc.resolved_up_to(res)
+    assert set(up_to.model) == {"32 wide", "32 wide, window 8"}
+    text = lc.verdict_lines(claims.claim_table(
+        claims.long_claims(frames["scores"], frames["order"]), by="group"))
+    assert text.count("\n") == len(claims.LONG_CLAIMS) - 1 and "**" in text

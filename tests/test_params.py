@@ -140,6 +140,10 @@ BAD = [  # (chapter, parameters, what the error must name): every finding of iss
     ("probes", {"T": 8}, "T=8"),
     ("probes", {"grid_lengths": [8], "grid_windows": [8]}, "grid_lengths=[8]"),
     ("scorecard", {"profile": "bogus"}, "profile='bogus'"),
+    ("long_sequences", {"T": 8}, "T=8"),
+    ("long_sequences", {"widths": [100]}, "widths=[100]"),
+    ("long_sequences", {"seeds": [0, 1]}, "seeds=[0, 1]"),  # fewer than 3
+    ("long_sequences", {"layer": 7}, "layer=7"),
 ]
 
 
@@ -205,7 +209,8 @@ def _run_check(chapter: str, params: dict) -> None:
     exec(check, namespace)
 
 
-@pytest.mark.parametrize("chapter", ["averaging_effect", "random_init", "trained", "probes"])
+@pytest.mark.parametrize("chapter", ["averaging_effect", "random_init", "trained", "probes",
+                                     "long_sequences"])
 def test_every_chapter_passes_its_defaults(monkeypatch, chapter):
     """Nothing the check cell defines (imports, the spec) reads as an unknown parameter."""
     monkeypatch.delenv(ALLOW_SLOW_ENV, raising=False)
@@ -214,7 +219,7 @@ def test_every_chapter_passes_its_defaults(monkeypatch, chapter):
 
 TYPOS = [("averaging_effect", "n_text", "n_texts"), ("random_init", "n_seed", "n_seeds"),
          ("trained", "profil", "profile"), ("probes", "model_seed", "model_seeds"),
-         ("scorecard", "profil", "profile")]
+         ("scorecard", "profil", "profile"), ("long_sequences", "seed", "seeds")]
 
 
 @pytest.mark.parametrize("chapter, typo, meant", TYPOS, ids=[t for _, t, _ in TYPOS])

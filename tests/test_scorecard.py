@@ -92,3 +92,11 @@ def test_the_provenance_box_names_what_the_page_depends_on():
     assert {"commit", "built", "torch", "numpy", "CPU kernels", "GPU"} <= set(fields)
     html = viz.provenance_box({**fields, "note": "<b>"})
     assert html.startswith("<details") and "&lt;b&gt;" in html and "seeds" in html
+
+
+def test_long_rows_are_untested_without_the_committed_study(monkeypatch):
+    monkeypatch.setattr(scorecard.results, "load_all", lambda kind: {})
+    rows = scorecard.long_rows()
+    assert [r["claim"] for r in rows] == [c for c, _ in claims.LONG_CLAIMS]
+    assert all(r["verdict"] == "untested" and "long_sequences.html#" in r["section"]
+               for r in rows)
