@@ -235,6 +235,30 @@ def verdict_lines(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def summary(table: pd.DataFrame, up_to: pd.DataFrame, T: int) -> str:
+    """Markdown: what each model keeps at ``T`` tokens, in words, from the verdicts of
+    ``claims.claim_table(long_claims(...), by="group")`` and ``resolved_up_to``: whether its
+    score stays above chance, whether its neighbours are resolved at length, and the last
+    octave layer 1 and the last layer resolve."""
+    from nopelib.claims import LONG_CLAIMS, combine
+
+    above, unresolved = LONG_CLAIMS[1][0], LONG_CLAIMS[2][0]
+    words = {"holds": "stays above chance", "fails": "is near chance",
+             "cannot tell": "cannot be told from chance"}
+    local = {"holds": "neighbours are unresolved", "fails": "neighbours stay resolved",
+             "cannot tell": "the data cannot tell whether neighbours are resolved"}
+    last = int(up_to.layer.max())
+    lines = []
+    for model, g in table.groupby("group", sort=False):
+        verdict = {c: combine(g[g.claim == c].verdict) for c in (above, unresolved)}
+        mine = up_to[up_to.model == model].set_index("layer").measured
+        reach = ", ".join(f"layer {layer} to position {int(mine[layer]):,}" if mine[layer]
+                          else f"layer {layer} nowhere" for layer in (1, last))
+        lines.append(f"- **{model}**: at {T:,} tokens the score {words[verdict[above]]} and "
+                     f"{local[verdict[unresolved]]}; rows resolve some distance on {reach}.")
+    return "\n".join(lines)
+
+
 def study(widths: Sequence[int], seeds: Sequence[int], T: int, windows: Sequence[int | None],
           base: GPTConfig | None = None, window_width: int | None = None) -> list[dict]:
     """``long_run`` for every width (global attention) and, at ``window_width`` (the base

@@ -115,3 +115,7 @@ def test_figures_draw_every_model_and_the_prediction():
     text = lc.verdict_lines(claims.claim_table(
         claims.long_claims(frames["scores"], frames["order"]), by="group"))
     assert text.count("\n") == len(claims.LONG_CLAIMS) - 1 and "**" in text
+    table = claims.claim_table(claims.long_claims(frames["scores"], frames["order"]),
+                               by="group")
+    words = lc.summary(table, up_to, 64)
+    assert words.count("- **") == 2 and "at 64 tokens the score" in words
