@@ -11,12 +11,17 @@ of its own, and runs both chapters against each:
   ``MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2``.
 
 It passes when every chapter passes under both sets and every verdict is the same under both:
-the claims' verdicts (computed from the committed study, so they cannot move) and the live
-reproduction's (each live run learned, and inside the study's spread). The live runs' numbers
-are printed side by side. It trains the live runs twice, so it runs by hand, not in the default
-test run:
+the claims' verdicts (computed from the committed study, so they cannot move), the tagged
+chapter outputs and whether each live run learned its task. The live runs' numbers are printed
+side by side, with the trained chapter's reproduction check (every layer inside the study's
+interval for one more seed). That check is reported, not required to agree: its outcome was
+measured to depend on the kernels (``book/results/kernels_study.json``), so the chapter reports
+it and asserts only that the live run learned. A difference is printed as such. It trains the
+live runs twice, so it runs by hand, not in the default test run; ``--record`` also writes its
+outcome as a committed result, which the trained chapter shows:
 
-    python -m nopelib.kernels --out /tmp/kernels
+    python -m nopelib.kernels --out /tmp/kernels --chapters trained \
+        --record book/results/kernels_study.json
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from nopelib import cache
+from nopelib import cache, results
 from nopelib.analysis import LEARNED_AT
 from nopelib.launch import train_many
 from nopelib.params import OutPath, check_args
@@ -55,18 +60,41 @@ def kernel_sets(capability: str | None = None) -> dict[str, dict[str, str]]:
 def summarize(profile: str = "study", tasks: tuple[str, ...] = ("reversal",),
               seeds: tuple[int, ...] = (0,)) -> dict:
     """What the trained chapter's live reproduction computes, under this process's kernels:
-    per live run its exact match, budget, and whether it is learned and inside the committed
-    study's spread (``study.reproduction``)."""
+    per live run its exact match, budget, whether it is learned, whether it is inside the
+    committed study's spread (``study.reproduction``) and the layers outside it."""
     runs = train_many([(t, s) for t in tasks for s in seeds], profile)
     docs, _ = load_study(profile, tasks)
     out = {}
     for (task, seed), run in runs.items():
         check = reproduction(run.metrics, docs[task]["runs"]) if task in docs else None
         out[f"{task} seed {seed}"] = {
-            "accuracy": run.metrics["accuracy"], "steps": run.metrics["steps"],
+            "task": task, "seed": seed, "accuracy": run.metrics["accuracy"],
+            "n_test": run.profile.n_test, "steps": run.metrics["steps"],
+            "train_seconds": run.metrics["train_seconds"],
             "learned": run.metrics["accuracy"] >= LEARNED_AT,
-            "inside": None if check is None else bool(check.inside.all())}
+            "inside": None if check is None else bool(check.inside.all()),
+            "outside": [] if check is None else check.quantity[~check.inside].tolist(),
+            "scores_after": run.metrics["curve"]["scores"][-1]}
     return {"capability": torch.backends.cpu.get_cpu_capability(), "runs": out}
+
+
+def record(results_by_set: dict[str, dict], argv: list[str] | None, start: float,
+           profile: str = "study") -> dict:
+    """The committed form of a kernel check (``results`` kind ``kernels``): its provenance,
+    with each set's environment and chapter outcomes, and one row per live run and set."""
+    runs = [{"set": name, "capability": res["summary"]["capability"],
+             **{k: v for k, v in run.items() if k != "inside"},
+             "inside": bool(run["inside"])}
+            for name, res in results_by_set.items()
+            for run in res["summary"]["runs"].values() if run["inside"] is not None]
+    chapters = {name: {ch: {"passed": c["passed"], "seconds": c["seconds"]}
+                       for ch, c in res["chapters"].items()}
+                for name, res in results_by_set.items()}
+    return {"provenance": results.provenance(
+                "python -m nopelib.kernels", argv, start, profile=profile,
+                sets={name: res["env"] for name, res in results_by_set.items()},
+                chapters=chapters),
+            "runs": runs}
 
 
 def tagged_outputs(notebook: Path) -> list[str]:
@@ -111,8 +139,9 @@ def run_set(name: str, env_vars: dict[str, str], out: Path, chapters: list[str])
 
 def compare(results: dict[str, dict]) -> tuple[bool, str]:
     """Side-by-side report of the kernel sets, and whether the check passes: every chapter
-    passed under every set, and the verdicts (the live runs' and the tagged chapter outputs)
-    agree."""
+    passed under every set, and the verdicts (whether each live run learned, and the tagged
+    chapter outputs) agree. The reproduction check is reported beside them, and a difference
+    in it is named, but it is not a verdict (see the module's docstring)."""
     names = list(results)
     lines = ["kernel sets: " + ", ".join(
         f"{n} ({results[n]['summary']['capability']}, env {results[n]['env'] or 'none'})"
@@ -122,8 +151,13 @@ def compare(results: dict[str, dict]) -> tuple[bool, str]:
         cells = [results[n]["summary"]["runs"].get(run) for n in names]
         lines.append(f"{run} | " + " | ".join(
             f"{c['accuracy']:.4f} in {c['steps']:,} steps, learned {c['learned']}, "
-            f"inside the study's spread {c['inside']}" if c else "absent" for c in cells))
-        ok &= len({(c["learned"], c["inside"]) if c else None for c in cells}) == 1
+            f"inside the study's spread {c['inside']}"
+            + (f" (outside: {', '.join(c.get('outside', []))})" if c.get("outside") else "")
+            if c else "absent" for c in cells))
+        ok &= len({c["learned"] if c else None for c in cells}) == 1
+        if len({c["inside"] if c else None for c in cells}) > 1:
+            lines.append(f"  {run}: the reproduction check (reported, not a verdict) differs "
+                         "between kernel sets")
     for chapter in results[names[0]]["chapters"]:
         status = [results[n]["chapters"][chapter] for n in names]
         lines.append(f"\nchapter {chapter}: " + " | ".join(
@@ -149,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chapters", nargs="*", default=list(CHAPTERS), choices=CHAPTERS)
     parser.add_argument("--sets", nargs="+", default=["native", "avx2"],
                         choices=["native", "avx2"])
+    parser.add_argument("--record", type=Path, default=None,
+                        help="also write the outcome as a committed result "
+                             "(book/results/kernels_<profile>.json)")
     parser.add_argument("--summarize", action="store_true",
                         help="print this process's summary as JSON (used by each set)")
     args = parser.parse_args(argv)
@@ -157,12 +194,21 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out is None:
         parser.error("--out is required")
-    check_args(parser, {"--out": (args.out, OutPath(folder=True))})  # before hours of training
+    checks = {"--out": (args.out, OutPath(folder=True))}  # before hours of training
+    if args.record is not None:
+        checks["--record"] = (args.record, OutPath())
+    check_args(parser, checks)
+    if args.record is not None and not (args.record.name.startswith("kernels_")
+                                        and args.record.suffix == ".json"):
+        parser.error(f"--record={str(args.record)!r}: the name must be kernels_*.json")
+    start = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
     sets = kernel_sets()
-    results = {name: run_set(name, sets[name], args.out, args.chapters) for name in args.sets}
-    ok, report = compare(results)
-    cache.commit_file(args.out / "kernels.json", json.dumps(results, indent=1).encode())
+    by_set = {name: run_set(name, sets[name], args.out, args.chapters) for name in args.sets}
+    ok, report = compare(by_set)
+    cache.commit_file(args.out / "kernels.json", json.dumps(by_set, indent=1).encode())
+    if args.record is not None:
+        results.write(args.record, record(by_set, argv, start), "kernels")
     print(report)
     return 0 if ok else 1
 

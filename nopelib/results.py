@@ -1,17 +1,18 @@
 """The committed result files under ``book/results``: their provenance, writer and loader.
 
-A study that runs by hand (``nopelib.trained_study``, ``nopelib.recipe``, ``nopelib.grid``) commits a
-small JSON file with its provenance; the chapters draw from it. A file edited by hand, or
-broken by a merge, must not turn into a wrong verdict (a NaN accuracy that flips "learned", a
-string printed as a number), nor fail after a chapter's 20 minutes of training with a bare
-``KeyError``. So every file is read through ``load``: its kind comes from its name
-(``trained_*``, ``recipe_*``, ``grid_*``, ``long_*``), it is checked against that kind's schema (required
-fields, types, ranges, finiteness, lists of one length) and any problem raises ResultsError
-naming the file and the field. The folder is found from the package, not the working
-directory, so a papermill run from anywhere finds the committed studies. ``check_all`` reads
-every file; the trained chapter calls it when it starts, before any training. A study writes
-its file through ``write``, which validates it the same way and commits it atomically, with the
-``provenance`` every study records (command, commit, machine, torch, wall time, date).
+A study that runs by hand (``nopelib.trained_study``, ``nopelib.recipe``, ``nopelib.grid``)
+commits a small JSON file with its provenance; the chapters draw from it. A file edited by
+hand, or broken by a merge, must not turn into a wrong verdict (a NaN accuracy that flips
+"learned", a string printed as a number), nor fail after a chapter's 20 minutes of training
+with a bare ``KeyError``. So every file is read through ``load``: its kind comes from its name
+(``trained_*``, ``recipe_*``, ``grid_*``, ``long_*``, ``kernels_*``), it is checked against
+that kind's schema (required fields, types, ranges, finiteness, lists of one length) and any
+problem raises ResultsError naming the file and the field. The folder is found from the
+package, not the working directory, so a papermill run from anywhere finds the committed
+studies. ``check_all`` reads every file; the trained chapter calls it when it starts, before
+any training. A study writes its file through ``write``, which validates it the same way and
+commits it atomically, with the ``provenance`` every study records (command, commit, machine,
+torch, wall time, date).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from nopelib.profiles import TrainProfile
 from nopelib.tasks import TASKS
 
 RESULTS_DIR = cache.PACKAGE_DIR.parent / "book" / "results"
-KINDS = ("recipe", "grid", "trained", "long")
+KINDS = ("recipe", "grid", "trained", "long", "kernels")
 MAX_BYTES = 64 * 2**20  # a committed result is kilobytes to a few megabytes
 
 
@@ -84,6 +85,10 @@ EXTRA_PROVENANCE: dict[str, dict[str, tuple[Check, str]]] = {
                 "training": (lambda v: isinstance(v, dict), "the profile's fields")},
     "long": {"T": (_int(16), "an integer >= 16"),
              "base": (lambda v: isinstance(v, dict), "the base model's GPTConfig fields")},
+    "kernels": {"profile": (_text, "a profile name"),
+                "sets": (lambda v: isinstance(v, dict) and bool(v) and all(
+                    isinstance(e, dict) for e in v.values()),
+                         "kernel set name -> its environment variables")},
 }
 RUN: dict[str, tuple[Check, str]] = {
     "task": (lambda v: v in TASKS, f"one of {list(TASKS)}"),
@@ -104,6 +109,15 @@ EXTRA_RUN: dict[str, dict[str, tuple[Check, str]]] = {
                 "scores_after": (_scores, "a list of >= 2 scores in [0, 1]"),
                 "trajectory": (lambda v: isinstance(v, dict),
                                "an object with step, accuracy and scores")},
+    # one live run of the kernel check (nopelib.kernels) under one kernel set
+    "kernels": {"set": (_text, "a kernel set name"),
+                "capability": (_text, "torch's CPU capability"),
+                "steps": (_int(1), "an integer >= 1"),
+                "learned": (lambda v: isinstance(v, bool), "true or false"),
+                "inside": (lambda v: isinstance(v, bool), "true or false"),
+                "outside": (lambda v: isinstance(v, list) and all(_text(x) for x in v),
+                            "a list of the quantities outside the study's interval"),
+                "scores_after": (_scores, "a list of >= 2 scores in [0, 1]")},
 }
 
 
@@ -172,6 +186,9 @@ def validate(doc: Any, kind: str, name: str = "result") -> dict:
             raise ResultsError(f"{where}.adjacency_before must hold n_layer + 1 scores")
         if kind == "trained":
             _check_trajectory(where, run)
+        if kind == "kernels" and run["set"] not in doc["provenance"]["sets"]:
+            raise ResultsError(f"{where}.set = {run['set']!r}: must be one of "
+                               f"{sorted(doc['provenance']['sets'])}")
     if kind in ("recipe", "trained"):  # the recorded profile must rebuild
         try:
             TrainProfile.from_record(doc["provenance"]["training"])

@@ -6,7 +6,8 @@
   accuracy and where each run was learned for good (``study_table``, ``study_accuracy``), the
   adjacency scores at initialisation, after training and over the learned phase
   (``study_scores``, ``score_table``), on which ``nopelib.claims`` judges the paper's claims,
-  and a live run set beside the study (``reproduction``);
+  and a live run set beside the study (``reproduction``, ``reproduction_summary``,
+  and under two CPU kernel sets: ``kernel_check``);
 - the committed recipe study: where its learning curves leave their plateau
   (``leaves_plateau``), and how its budget compares with today's profile (``recipe_budgets``);
 - the sentences the chapter prints from these numbers (``verdict_summary`` and its kin), so
@@ -333,6 +334,46 @@ def reproduction(live: Mapping[str, object], committed: Sequence[Mapping],
         rows.append(dict(quantity=f"layer {layer} score", live=value, study_mean=mean,
                          lo=mean - half, hi=mean + half, inside=mean - half <= value <= mean + half))
     return pd.DataFrame(rows)
+
+
+def reproduction_summary(task: str, seed: int, live: Mapping[str, object],
+                         check: pd.DataFrame, committed: Sequence[Mapping]) -> str:
+    """Markdown: what ``reproduction`` found for one live run, with the budgets beside it (a
+    run's scores after training move with the length of its training, and under other CPU
+    kernels the progress-following budget can end elsewhere)."""
+    steps = [r["steps"] for r in committed]
+    head = (f"**{task} seed {seed}**: exact match {live['accuracy']:.4f} after "
+            f"{live['steps']:,} steps (the study's {len(steps)} runs: {min(steps):,} to "
+            f"{max(steps):,}); ")
+    out = check[~check.inside]
+    if out.empty:
+        return head + "every layer inside the study's interval for one more seed."
+    return head + "**outside** the study's interval for one more seed at " + "; ".join(
+        f"{r.quantity} ({r.live:.3f}, interval [{r.lo:.3f}, {r.hi:.3f}])"
+        for r in out.itertuples()) + "."
+
+
+def kernel_check(doc: Mapping) -> tuple[str, pd.DataFrame]:
+    """A committed kernel check (``nopelib.kernels --record``): a Markdown caption (where it
+    ran, its kernel sets, and whether the live runs' verdict and their reproduction check agree
+    across the sets) and one row per live run and kernel set."""
+    p = doc["provenance"]
+    table = pd.DataFrame([dict(set=r["set"], kernels=r["capability"], task=r["task"],
+                               seed=r["seed"], accuracy=r["accuracy"], steps=r["steps"],
+                               learned=r["learned"], inside=r["inside"],
+                               outside=", ".join(r["outside"]) or "none")
+                          for r in doc["runs"]])
+    by_run = table.groupby(["task", "seed"])
+    learned_same = bool((by_run.learned.nunique() == 1).all())
+    inside_same = bool((by_run.inside.nunique() == 1).all())
+    same, differs = "the same under every set", "**differs between the sets**"
+    sets = "; ".join(f"{name}: {', '.join(f'{k}={v}' for k, v in env.items()) or 'native'}"
+                     for name, env in p["sets"].items())
+    caption = (f"Kernel check (committed): `{p['command']}` at commit `{p['commit'][:12]}` "
+               f"on {p['machine']} ({p['date']}); kernel sets {sets}. Whether each live run "
+               f"learned: {same if learned_same else differs}; whether it lies inside the "
+               f"study's interval: {same if inside_same else differs}.")
+    return caption, table
 
 
 # ---------------------------------------------------------------------------------------------

@@ -79,6 +79,10 @@ BAD = [  # (command, its arguments in folder d, what stderr must say)
     ("kernels", lambda d: ["--out", f"{d}/afile"],
      ["--out {d}/afile is not allowed: {d}/afile exists and is not a folder"]),
     ("kernels", lambda d: ["--out", f"{d}/afile/sets"], ["{d}/afile is not a folder"]),
+    ("kernels", lambda d: ["--out", f"{d}/k", "--record", f"{d}/adir"],
+     ["--record", "is an existing folder"]),
+    ("kernels", lambda d: ["--out", f"{d}/k", "--record", f"{d}/notes.json"],
+     ["--record=", "the name must be kernels_*.json"]),
 ]
 
 
@@ -129,6 +133,7 @@ GOOD = [  # arguments that must pass the checks (the work then starts: the stub 
     ("bench", lambda d: ["--small", "--json", f"{d}/new/bench.json"]),
     ("kernels", lambda d: ["--out", f"{d}/adir"]),
     ("kernels", lambda d: ["--out", f"{d}/new/sets"]),
+    ("kernels", lambda d: ["--out", f"{d}/k", "--record", f"{d}/adir/kernels_study.json"]),
 ]
 
 

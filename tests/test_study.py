@@ -83,6 +83,16 @@ def test_reproduction_is_a_prediction_interval_for_one_more_seed():
     # the interval is wider than the seeds' own range: a sixth seed is not a mean
     row = inside.iloc[1]
     assert row.lo < 0.9 and row.hi > 0.94
+    # the sentence names the budgets and every layer outside, with its value and interval
+    live = {"accuracy": 1.0, "steps": 1_350}
+    text = study.reproduction_summary("reversal", 0, live, far, runs)
+    assert "exact match 1.0000 after 1,350 steps" in text and "400 to 400" in text
+    hi = far.iloc[1].hi
+    assert f"**outside** the study's interval for one more seed at layer 1 score " \
+           f"({mean + 0.2:.3f}, interval [{far.iloc[1].lo:.3f}, {hi:.3f}])." in text
+    assert "layer 0" not in text and "layer 2" not in text
+    assert study.reproduction_summary("reversal", 0, live, inside, runs).endswith(
+        "every layer inside the study's interval for one more seed.")
 
 
 def test_the_committed_study_loads_and_names_what_is_missing():
@@ -189,3 +199,23 @@ def test_grid_caption():
     assert set(study.GRID_COMMANDS) == {"paper-base", "paper"}
 
 
+
+
+def test_kernel_check_caption_and_table():
+    runs = [dict(set=name, capability=cap, task="reversal", seed=0, accuracy=1.0,
+                 steps=steps, learned=True, inside=inside, outside=out)
+            for name, cap, steps, inside, out in [
+                ("native", "AVX512", 3000, True, []),
+                ("avx2", "AVX2", 13500, False, ["layer 4 score"])]]
+    doc = {"provenance": {"command": "python -m nopelib.kernels --out /tmp/k",
+                          "commit": "a" * 40, "machine": "vm", "date": "today",
+                          "sets": {"native": {}, "avx2": {"ATEN_CPU_CAPABILITY": "avx2"}}},
+           "runs": runs}
+    caption, table = study.kernel_check(doc)
+    assert "native: native; avx2: ATEN_CPU_CAPABILITY=avx2" in caption
+    assert "Whether each live run learned: the same under every set" in caption
+    assert "inside the study's interval: **differs between the sets**." in caption
+    assert table.outside.tolist() == ["none", "layer 4 score"]
+    assert table.steps.tolist() == [3000, 13500]
+    runs[1]["inside"] = True
+    assert "interval: the same under every set." in study.kernel_check(doc)[0]
