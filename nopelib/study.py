@@ -360,8 +360,10 @@ def kernel_check(doc: Mapping) -> tuple[str, pd.DataFrame]:
     p = doc["provenance"]
     table = pd.DataFrame([dict(set=r["set"], kernels=r["capability"], task=r["task"],
                                seed=r["seed"], accuracy=r["accuracy"], steps=r["steps"],
-                               learned=r["learned"], inside=r["inside"],
-                               outside=", ".join(r["outside"]) or "none")
+                               train_s=r["train_seconds"], learned=r["learned"],
+                               inside=r["inside"],
+                               outside=", ".join(r["outside"]) or "none",
+                               scores_after=" ".join(f"{x:.3f}" for x in r["scores_after"]))
                           for r in doc["runs"]])
     by_run = table.groupby(["task", "seed"])
     learned_same = bool((by_run.learned.nunique() == 1).all())

@@ -203,7 +203,8 @@ def test_grid_caption():
 
 def test_kernel_check_caption_and_table():
     runs = [dict(set=name, capability=cap, task="reversal", seed=0, accuracy=1.0,
-                 steps=steps, learned=True, inside=inside, outside=out)
+                 steps=steps, train_seconds=steps / 7, learned=True, inside=inside,
+                 outside=out, scores_after=[0.5, 0.75, 0.9])
             for name, cap, steps, inside, out in [
                 ("native", "AVX512", 3000, True, []),
                 ("avx2", "AVX2", 13500, False, ["layer 4 score"])]]
@@ -217,5 +218,6 @@ def test_kernel_check_caption_and_table():
     assert "inside the study's interval: **differs between the sets**." in caption
     assert table.outside.tolist() == ["none", "layer 4 score"]
     assert table.steps.tolist() == [3000, 13500]
+    assert table.scores_after.tolist() == ["0.500 0.750 0.900"] * 2
     runs[1]["inside"] = True
     assert "interval: the same under every set." in study.kernel_check(doc)[0]
