@@ -82,9 +82,7 @@ def record(results_by_set: dict[str, dict], argv: list[str] | None, start: float
            profile: str = "study") -> dict:
     """The committed form of a kernel check (``results`` kind ``kernels``): its provenance,
     with each set's environment and chapter outcomes, and one row per live run and set."""
-    runs = [{"set": name, "capability": res["summary"]["capability"],
-             **{k: v for k, v in run.items() if k != "inside"},
-             "inside": bool(run["inside"])}
+    runs = [{"set": name, "capability": res["summary"]["capability"], **run}
             for name, res in results_by_set.items()
             for run in res["summary"]["runs"].values() if run["inside"] is not None]
     chapters = {name: {ch: {"passed": c["passed"], "seconds": c["seconds"]}
@@ -137,18 +135,18 @@ def run_set(name: str, env_vars: dict[str, str], out: Path, chapters: list[str])
     return result
 
 
-def compare(results: dict[str, dict]) -> tuple[bool, str]:
+def compare(by_set: dict[str, dict]) -> tuple[bool, str]:
     """Side-by-side report of the kernel sets, and whether the check passes: every chapter
     passed under every set, and the verdicts (whether each live run learned, and the tagged
     chapter outputs) agree. The reproduction check is reported beside them, and a difference
     in it is named, but it is not a verdict (see the module's docstring)."""
-    names = list(results)
+    names = list(by_set)
     lines = ["kernel sets: " + ", ".join(
-        f"{n} ({results[n]['summary']['capability']}, env {results[n]['env'] or 'none'})"
+        f"{n} ({by_set[n]['summary']['capability']}, env {by_set[n]['env'] or 'none'})"
         for n in names), "", "live run | " + " | ".join(names)]
     ok = True
-    for run in results[names[0]]["summary"]["runs"]:
-        cells = [results[n]["summary"]["runs"].get(run) for n in names]
+    for run in by_set[names[0]]["summary"]["runs"]:
+        cells = [by_set[n]["summary"]["runs"].get(run) for n in names]
         lines.append(f"{run} | " + " | ".join(
             f"{c['accuracy']:.4f} in {c['steps']:,} steps, learned {c['learned']}, "
             f"inside the study's spread {c['inside']}"
@@ -158,8 +156,8 @@ def compare(results: dict[str, dict]) -> tuple[bool, str]:
         if len({c["inside"] if c else None for c in cells}) > 1:
             lines.append(f"  {run}: the reproduction check (reported, not a verdict) differs "
                          "between kernel sets")
-    for chapter in results[names[0]]["chapters"]:
-        status = [results[n]["chapters"][chapter] for n in names]
+    for chapter in by_set[names[0]]["chapters"]:
+        status = [by_set[n]["chapters"][chapter] for n in names]
         lines.append(f"\nchapter {chapter}: " + " | ".join(
             f"{n}: {'passed' if s['passed'] else 'FAILED'} ({s['seconds']:.0f} s)"
             for n, s in zip(names, status)))
