@@ -289,8 +289,21 @@ def page_provenance(**page: object) -> dict[str, object]:
     }
 
 
+def dumps(doc: object, indent: str = "") -> str:
+    """JSON with one key per line and every list of plain values (a score row, a trajectory
+    column, a ``[length, layer, score]`` triple) on a line of its own: readable in a diff, and
+    under half the size of ``json.dumps(indent=1)`` for the long study's score triples."""
+    inner = indent + " "
+    if isinstance(doc, dict) and doc:
+        items = (f"{inner}{json.dumps(str(k))}: {dumps(v, inner)}" for k, v in doc.items())
+        return "{\n" + ",\n".join(items) + f"\n{indent}}}"
+    if isinstance(doc, list) and any(isinstance(v, (dict, list)) for v in doc):
+        return "[\n" + ",\n".join(inner + dumps(v, inner) for v in doc) + f"\n{indent}]"
+    return json.dumps(doc)
+
+
 def write(path: Path, doc: dict, kind: str) -> None:
     """Validate a study's document as a result of ``kind``, then write it atomically (the
     chapters find a committed file by its name: ``<kind>_*.json``)."""
     validate(doc, kind, str(path))
-    cache.commit_file(path, json.dumps(doc, indent=1).encode())
+    cache.commit_file(path, (dumps(doc) + "\n").encode())

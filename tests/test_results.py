@@ -77,3 +77,15 @@ def test_a_recipe_whose_profile_cannot_rebuild_is_refused(tmp_path):
     assert results.load_all("recipe", tmp_path / "none") == {}
     with pytest.raises(ValueError, match="kind="):
         results.load_all("nope")
+
+
+def test_the_writer_puts_each_row_of_plain_values_on_one_line(tmp_path):
+    doc = _recipe()
+    doc["runs"][0]["grid"] = [[32, 0, 0.25], [32, 1, 0.5]]  # the long study's triples
+    text = results.dumps(doc)
+    assert json.loads(text) == doc
+    assert '\n    [32, 1, 0.5]\n   ]' in text and '"step": [100, 200, 300' in text
+    assert len(text) < 0.8 * len(json.dumps(doc, indent=1))
+    path = tmp_path / "recipe_written.json"
+    results.write(path, _recipe(), "recipe")
+    assert results.load(path) == _recipe() and path.read_text().endswith("}\n")
