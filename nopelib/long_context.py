@@ -242,20 +242,26 @@ def summary(table: pd.DataFrame, up_to: pd.DataFrame, T: int) -> str:
     octave layer 1 and the last layer resolve."""
     from nopelib.claims import LONG_CLAIMS, combine
 
-    above, unresolved = LONG_CLAIMS[1][0], LONG_CLAIMS[2][0]
+    above, unresolved, resolved = (LONG_CLAIMS[i][0] for i in (1, 2, 3))
     words = {"holds": "stays above chance", "fails": "is near chance",
              "cannot tell": "cannot be told from chance"}
-    local = {"holds": "neighbours are unresolved", "fails": "neighbours stay resolved",
-             "cannot tell": "the data cannot tell whether neighbours are resolved"}
+    unsure = "the data cannot tell whether neighbours are resolved"
+    local = {unresolved: {"holds": "neighbours are unresolved", "fails":
+                          "neighbours stay resolved", "cannot tell": unsure},
+             resolved: {"holds": "neighbours stay resolved", "fails":
+                        "neighbours are unresolved", "cannot tell": unsure}}
     last = int(up_to.layer.max())
     lines = []
     for model, g in table.groupby("group", sort=False):
-        verdict = {c: combine(g[g.claim == c].verdict) for c in (above, unresolved)}
+        # a global-attention model is read by the criticism, a window model by the contrast
+        reading = resolved if (g.claim == resolved).any() else unresolved
+        verdict = {c: combine(g[g.claim == c].verdict) for c in (above, reading)}
         mine = up_to[up_to.model == model].set_index("layer").measured
         reach = ", ".join(f"layer {layer} to position {int(mine[layer]):,}" if mine[layer]
                           else f"layer {layer} nowhere" for layer in (1, last))
         lines.append(f"- **{model}**: at {T:,} tokens the score {words[verdict[above]]} and "
-                     f"{local[verdict[unresolved]]}; rows resolve some distance on {reach}.")
+                     f"{local[reading][verdict[reading]]}; rows resolve some distance on "
+                     f"{reach}.")
     return "\n".join(lines)
 
 

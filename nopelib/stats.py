@@ -53,6 +53,21 @@ def t_interval(values: Sequence[float], level: float) -> tuple[float, float, flo
     return float(v.mean()), float(v.mean() - half), float(v.mean() + half)
 
 
+def t_half_width(values: Sequence[float], level: float) -> tuple[float, float]:
+    """Mean of ``values`` (one per unit) and the half-width of its one-sided Student t bound
+    at ``level``: the mean lies above mean - half (or below mean + half) with confidence
+    ``level``. The half-width is nan with fewer than MIN_UNITS values."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim != 1 or not np.isfinite(v).all():
+        raise ValueError(f"values must be finite numbers in one dimension; got {v!r}")
+    if not 0.5 < level < 1.0:
+        raise ValueError(f"level={level!r} must be in (0.5, 1)")
+    if len(v) < MIN_UNITS:
+        return (float(v.mean()) if len(v) else float("nan")), float("nan")
+    half = student_t_quantile(level, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))
+    return float(v.mean()), float(half)
+
+
 def seed_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
     """Mean of per-seed values and two half-widths from their spread (Student t, n - 1 df):
     (mean, t sd / sqrt(n) for the mean, t sd sqrt(1 + 1/n) for one new seed's value)."""

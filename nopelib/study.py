@@ -183,8 +183,9 @@ def verdict_summary(verdicts: pd.DataFrame) -> str:
     tag = " (exploratory)" if exploratory else ""
     lines = [f"- **{r['task']}**, {r['claim']} ({r['reading']}): **{r['verdict']}**{tag} "
              f"(paper: {r['paper']}); weakest layer {r['weakest_layer']}: "
-             f"{r['mean']:.3f}, interval [{r['lo']:.3f}, {r['hi']:.3f}] "
-             f"at level {r['level']:.4f}, {r['n']} seeds."
+             f"{r['mean']:.3f}, bounds [{r['lo']:.3f}, {r['hi']:.3f}] "
+             f"(one-sided, at {r['holds_level']:.4f} and {r['fails_level']:.4f}), "
+             f"{r['n']} seeds."
              for _, r in verdicts.iterrows()]
     against = verdicts[verdicts.verdict == "fails"]
     lead = ("Exploratory, not a verdict (no task meets the margin rule): against the paper "

@@ -33,14 +33,81 @@ def test_test_verdicts():
     assert claims.combine(["holds", "fails", "cannot tell"]) == "fails"
 
 
-def test_family_is_corrected():
+def test_family_is_corrected_on_the_fails_side_only():
     rows = [dict(test=t, bound=0.0, above=True, unit=u, value=v)
             for t in range(4) for u, v in enumerate([0.9, 1.0, 1.1])]
     one = claims.judge(pd.DataFrame(rows[:3]))
     four = claims.judge(pd.DataFrame(rows))
-    assert one["level"].iloc[0] == pytest.approx(0.95)
-    np.testing.assert_allclose(four["level"], 1 - 0.05 / 4)
-    assert (four["hi"] - four["lo"]).iloc[0] > (one["hi"] - one["lo"]).iloc[0]
+    assert one["holds_level"].iloc[0] == one["fails_level"].iloc[0] == pytest.approx(0.95)
+    np.testing.assert_allclose(four["holds_level"], 0.95)  # intersection-union: no correction
+    np.testing.assert_allclose(four["fails_level"], 1 - 0.05 / 4)  # Bonferroni
+    assert (four["m"] == 4).all()
+    # the claim's side (lo, for "above") is the same bound; the other side is wider
+    assert four["lo"].iloc[0] == pytest.approx(one["lo"].iloc[0])
+    assert four["hi"].iloc[0] > one["hi"].iloc[0]
+    # one-sided at 0.95: t_{0.95, 2} = 2.9200 sd / sqrt(3), sd = 0.1
+    assert one["mean"].iloc[0] - one["lo"].iloc[0] == pytest.approx(2.9200 * 0.1 / 3**0.5,
+                                                                   abs=1e-4)
+
+
+def _family(mean: float, sd: float, bound: float, above: bool, m: int, n: int = 5):
+    """m identical tests whose n per-unit values have exactly this mean and sd."""
+    z = np.linspace(-1, 1, n)
+    values = mean + sd * z / z.std(ddof=1)
+    return pd.DataFrame([dict(test=t, bound=bound, above=above, unit=u, value=v)
+                         for t in range(m) for u, v in enumerate(values)])
+
+
+def test_side_levels_of_the_two_rule_sets():
+    assert claims.side_levels(16) == (0.95, 1 - 0.05 / 16)
+    assert claims.side_levels(16, rules="registered") == (1 - 0.05 / 32, 1 - 0.05 / 32)
+    with pytest.raises(ValueError, match="rules='bonferroni'.*allowed"):
+        claims.side_levels(4, rules="bonferroni")
+    with pytest.raises(ValueError, match="m=0"):
+        claims.side_levels(0)
+
+
+def test_a_reading_that_holds_only_under_the_revised_rule():
+    # 16 tests, 5 seeds, mean 0.9 and sd 0.05 against "above 0.8": one-sided at 0.95 the bound
+    # is 0.9 - 2.132 * 0.0224 = 0.852 > 0.8; two-sided at 1 - 0.05/16 it is 0.9 - 6.4 * 0.0224
+    # = 0.757, which used to read "cannot tell"
+    tests = _family(0.9, 0.05, 0.8, above=True, m=16)
+    revised = claims.judge(tests)
+    registered = claims.judge(tests, rules="registered")
+    assert (revised.verdict == "holds").all()
+    assert (registered.verdict == "cannot tell").all()
+    assert (revised.lo > 0.8).all() and (registered.lo < 0.8).all()
+
+
+def test_a_failing_side_that_must_still_read_cannot_tell():
+    # mean 0.75, sd 0.05 against "above 0.8": alone, one-sided at 0.95, the upper bound 0.798
+    # is below 0.8 (fails); in a family of 16 the Bonferroni bound reaches past 0.8
+    assert (claims.judge(_family(0.75, 0.05, 0.8, above=True, m=1)).verdict == "fails").all()
+    assert (claims.judge(_family(0.75, 0.05, 0.8, above=True, m=16)).verdict
+            == "cannot tell").all()
+    # the same for a claim that says "below": mirror image
+    below = claims.judge(_family(0.85, 0.05, 0.8, above=False, m=16))
+    assert (below.verdict == "cannot tell").all()
+    assert (claims.judge(_family(0.7, 0.05, 0.8, above=False, m=16)).verdict
+            == "holds").all()
+
+
+def test_a_mean_at_the_bound_and_a_single_seed_cannot_tell():
+    for rules in claims.RULES:
+        assert (claims.judge(_family(0.8, 0.05, 0.8, True, 3), rules=rules).verdict
+                == "cannot tell").all()
+        one = claims.judge(pd.DataFrame([dict(test=0, bound=0.8, above=True, unit=0,
+                                              value=0.99)]), rules=rules)
+        assert one.verdict.iloc[0] == "cannot tell" and np.isnan(one.lo.iloc[0])
+
+
+def test_holds_on_a_group_is_an_intersection():
+    # two tests in a group: one clearly above, one undecided -> the group cannot tell
+    tests = pd.concat([_family(0.95, 0.02, 0.8, True, 1).assign(test="a"),
+                       _family(0.81, 0.05, 0.8, True, 1).assign(test="b")])
+    judged = claims.judge(tests)
+    assert list(judged.verdict) == ["holds", "cannot tell"]
+    assert claims.combine(judged.verdict) == "cannot tell"
 
 
 def _scores(layer1: float, last: float, seeds: int = 3, noise: float = 0.01) -> np.ndarray:
@@ -140,8 +207,9 @@ def test_probe_claims_average_probe_seeds_per_model():
     assert (out["n"] == 3).all()
     assert out.loc[("reversal", 1), "verdict"] == "cosine"
     assert out.loc[("reversal", 2), "verdict"] == "variance"
-    # both metrics at both layers: a family of 4
-    assert out["level"].iloc[0] == pytest.approx(1 - 0.05 / 4)
+    # both metrics at both layers: a family of 4, corrected on the fails side
+    assert out["m"].iloc[0] == 4 and out["holds_level"].iloc[0] == pytest.approx(0.95)
+    assert out["fails_level"].iloc[0] == pytest.approx(1 - 0.05 / 4)
     with pytest.raises(ValueError, match="no paired"):
         claims.probe_claims(pd.DataFrame(rows), model="model_seed", layers=[7])
 
@@ -184,7 +252,7 @@ def test_init_claims_hold_on_the_paper_shape_and_fail_against_it():
 
 def test_init_claims_cannot_tell_from_two_noisy_seeds_and_need_both_sigmas():
     rng = np.random.default_rng(1)
-    base, init, grid = _init_frames(rng, layer1=0.803, seeds=2)
+    base, init, grid = _init_frames(rng, layer1=0.8, seeds=2)  # at the bound, noise 0.002
     table = claims.claim_table(claims.init_claims(base, init, grid), by="group")
     row = table[table.claim == "1: layer 1 jumps to 0.8-1.0"].iloc[0]
     assert row.verdict == "cannot tell" and row.n == 2
@@ -212,13 +280,18 @@ def test_long_claims_read_the_longest_length_and_the_farthest_distance():
     tests = claims.long_claims(scores, order)
     table = claims.claim_table(tests, by="group").set_index(["claim", "group"])
     verdict = table.verdict.unstack("group").loc[[c for c, _ in claims.LONG_CLAIMS]]
-    assert list(verdict["384 wide"]) == ["fails", "fails", "holds"]
-    assert list(verdict["384 wide, window 64"]) == ["holds", "holds", "fails"]
+    # the criticism is judged on global attention only, the window as its contrast
+    assert list(verdict["384 wide"].iloc[:3]) == ["fails", "fails", "holds"]
+    assert list(verdict["384 wide, window 64"]) == ["holds", "holds", np.nan, "holds"]
+    assert np.isnan(verdict["384 wide"].iloc[3])
     assert (tests.n == 4).all() and set(tests.layer) == {1, 2}
 
 
-def test_resolution_agreement_reads_nan_as_beyond_the_distances():
-    res = pd.DataFrame(dict(layer=[1, 1, 1, 2], d_lo=[2.0, np.nan, 4.0, 2.0],
-                            d_hi=[8.0, np.nan, np.nan, 3.0],
-                            predicted=[5.0, np.nan, 3.0, np.nan]))
-    assert list(claims.resolution_agreement(res)) == ["agrees", "agrees", "disagrees"]
+def test_resolution_agreement_scores_informative_cells_only():
+    res = pd.DataFrame(dict(layer=[1, 1, 1, 1, 1, 2], d_lo=[2.0, np.nan, 4.0, 4.0, 3.0, 2.0],
+                            d_hi=[8.0, np.nan, np.nan, np.nan, 6.0, 3.0],
+                            predicted=[5.0, np.nan, 3.0, np.nan, np.nan, np.nan]))
+    # both unresolved, or predicted unresolved against an interval open at the top: nothing
+    # is said either way; a finite interval against "unresolved" is a disagreement
+    assert list(claims.resolution_agreement(res)) == [
+        "agrees", "uninformative", "disagrees", "uninformative", "disagrees"]

@@ -30,7 +30,7 @@ def _table(verdicts: list[str], means: list[float]) -> pd.DataFrame:
                              group=[f"g{i}" for i in range(len(verdicts))], verdict=verdicts,
                              mean=means, lo=[m - 0.05 for m in means],
                              hi=[m + 0.05 for m in means], bound=0.8, above=True, n=5,
-                             level=1 - 0.05 / (2 * len(verdicts)), weakest_layer=1,
+                             m=4, holds_level=0.95, fails_level=1 - 0.05 / 4, weakest_layer=1,
                              tests=1))
 
 
