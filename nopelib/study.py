@@ -279,19 +279,44 @@ def learned_and_judged(acc: pd.DataFrame) -> tuple[list[str], list[str]]:
     return learned, [t for t in learned if acc.loc[t, "with margin"]]
 
 
-def trained_verdicts(docs: Mapping[str, Mapping],
-                     acc: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The trained-model claims (``claims.trained_claims``) on the judged tasks, or, where no
-    task is judged, on the learned ones, marked exploratory: (the tests, one verdict per
-    claim, reading and task with a ``standing`` column)."""
+def trained_verdicts(docs: Mapping[str, Mapping], acc: pd.DataFrame,
+                     rules: str = claims.REVISED) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The trained-model claims (``claims.trained_claims`` under ``rules``) on the judged
+    tasks, or, where no task is judged, on the learned ones, marked exploratory: (the tests,
+    one verdict per claim, reading and task with a ``standing`` column)."""
     learned, judged = learned_and_judged(acc)
     shown = judged or learned
     if not shown:
         raise ValueError("no task of the study is learned: the trained-model claims have "
                          "nothing to be judged on")
-    tests = claims.trained_claims(*study_scores(docs, shown), shown)
+    tests = claims.trained_claims(*study_scores(docs, shown), shown, rules=rules)
     standing = "verdict" if judged else "exploratory: no task meets the margin rule"
     return tests, claims.claim_table(tests).assign(standing=standing)
+
+
+# why a verdict moves from the registered rules to the revised ones, by (old, new)
+RULE_CHANGE_REASONS = {
+    ("cannot tell", "holds"): "the claim's side is now one one-sided test at level 0.05 "
+                              "(intersection-union), not a Bonferroni two-sided interval",
+    ("cannot tell", "fails"): "the other side is now one-sided at 0.05 / m, not two-sided "
+                              "at 0.05 / m (0.05 / 2m per side)",
+}  # both bounds are tighter under the revised rules: a verdict can only leave "cannot tell"
+
+
+def rules_comparison(docs: Mapping[str, Mapping], acc: pd.DataFrame) -> pd.DataFrame:
+    """The trained claim table under the rules the study was registered under and under the
+    revised ones, side by side: one row per (claim, reading, task) with both verdicts,
+    the revised weakest test's mean and bounds, and, where the verdict moved, why."""
+    keys = ["claim", "reading", "task"]
+    old = trained_verdicts(docs, acc, claims.REGISTERED)[1]
+    new = trained_verdicts(docs, acc, claims.REVISED)[1]
+    both = old[keys + ["verdict"]].merge(
+        new[keys + ["verdict", "weakest_layer", "mean", "lo", "hi"]], on=keys,
+        suffixes=(" registered", " revised"))
+    moves = zip(both["verdict registered"], both["verdict revised"])
+    both["why it moved"] = [RULE_CHANGE_REASONS.get(m, "") if m[0] != m[1] else ""
+                            for m in moves]
+    return both
 
 
 def study_scores(docs: Mapping[str, Mapping], tasks: Sequence[str]) -> tuple[dict, dict, dict]:

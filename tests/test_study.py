@@ -221,3 +221,23 @@ def test_kernel_check_caption_and_table():
     assert table.scores_after.tolist() == ["0.500 0.750 0.900"] * 2
     runs[1]["inside"] = True
     assert "interval: the same under every set." in study.kernel_check(doc)[0]
+
+
+def test_rules_comparison_shows_both_rule_sets_and_why_a_verdict_moved():
+    # 5 seeds whose last layer sits 0.05 +- 0.04 below its initialisation: one-sided at
+    # 0.95 this holds, two-sided Bonferroni (0.05 / 2m per side) it cannot tell
+    runs = []
+    for seed, drop in enumerate([0.0, 0.02, 0.05, 0.08, 0.10]):
+        run = _record(seed, 0.99, [0.1, 0.95, 0.97, 0.99], [0.95] * 4)
+        run["trajectory"]["scores"] = [[0.6, 0.95, 0.9 - drop]] * 4
+        run["scores_after"] = run["trajectory"]["scores"][-1]
+        runs.append(run)
+    docs = {"reversal": {"runs": runs}}
+    acc = study.study_accuracy(study.study_table(docs), PROFILES["study"].n_test)
+    both = study.rules_comparison(docs, acc)
+    assert len(both) == len(claims.TRAINED_CLAIMS)
+    row = both.set_index("reading").loc[claims.TRAINED_CLAIMS[4][1]]
+    assert row["verdict registered"] == "cannot tell" and row["verdict revised"] == "holds"
+    assert "one-sided" in row["why it moved"]
+    same = both[both["verdict registered"] == both["verdict revised"]]
+    assert (same["why it moved"] == "").all() and len(same) < len(both)
