@@ -109,7 +109,7 @@ def train_seeds(task: str, seeds: list[int], profile: TrainProfile,
 
     losses_of = vmap(one)  # per-seed losses [S]
     opt = adamw(params.values(), profile, stacked=True)
-    autocast = autocast_for(device)
+    autocast = autocast_for(device, profile.precision)
 
     def step(rows: np.ndarray, T: int, lr: float) -> torch.Tensor:
         rows_t = torch.from_numpy(rows).to(device)  # [S, B]

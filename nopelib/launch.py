@@ -13,7 +13,9 @@ train, and every backend commits through ``runs.commit_run`` under the same keys
   equals the separate run within float tolerance, not bit for bit.
 
 ``train_many`` trains what is missing and returns every run loaded from the cache. Workers die
-with this process, and an interrupt (Ctrl-C) cancels queued runs and terminates running ones.
+with this process, and an interrupt (Ctrl-C) cancels queued runs and terminates running ones;
+the local backend's runs train through ``runs.train_or_load``, so the next call goes on with
+each of those from its last checkpoint (``nopelib.checkpoint``).
 """
 
 from __future__ import annotations

@@ -339,8 +339,12 @@ def check_training_time(profile: Any, n_runs: int, device: str = "auto",
     hours = per_run * math.ceil(n_runs / (os.cpu_count() or 1)) / 3600
     if hours <= SLOW_HOURS:
         return
-    message = (f"profile={prof.name!r} trains {n_runs} run(s) on the CPU in about {hours:.0f} h "
-               f"({os.cpu_count()} cores)" + (" as measured" if run_seconds is not None else ""))
+    # a budget that follows progress has no cost known in advance: its step cap bounds it
+    bound = " up to" if run_seconds is None and prof.stop_at else ""
+    message = (f"profile={prof.name!r} trains {n_runs} run(s) on the CPU in{bound} about "
+               f"{hours:.0f} h ({os.cpu_count()} cores)"
+               + (" as measured" if run_seconds is not None else "")
+               + (" (its step cap)" if bound else ""))
     if os.environ.get(ALLOW_SLOW_ENV) == "1":
         warnings.warn(message, stacklevel=2)
         return

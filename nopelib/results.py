@@ -5,14 +5,14 @@ commits a small JSON file with its provenance; the chapters draw from it. A file
 hand, or broken by a merge, must not turn into a wrong verdict (a NaN accuracy that flips
 "learned", a string printed as a number), nor fail after a chapter's 20 minutes of training
 with a bare ``KeyError``. So every file is read through ``load``: its kind comes from its name
-(``trained_*``, ``recipe_*``, ``grid_*``, ``long_*``, ``kernels_*``), it is checked against
-that kind's schema (required fields, types, ranges, finiteness, lists of one length) and any
-problem raises ResultsError naming the file and the field. The folder is found from the
-package, not the working directory, so a papermill run from anywhere finds the committed
-studies. ``check_all`` reads every file; the trained chapter calls it when it starts, before
-any training. A study writes its file through ``write``, which validates it the same way and
-commits it atomically, with the ``provenance`` every study records (command, commit, machine,
-torch, wall time, date).
+(``trained_*``, ``recipe_*``, ``grid_*``, ``long_*``, ``kernels_*``, ``precision_*``), it is
+checked against that kind's schema (required fields, types, ranges, finiteness, lists of one
+length) and any problem raises ResultsError naming the file and the field. The folder is
+found from the package, not the working directory, so a papermill run from anywhere finds the
+committed studies. ``check_all`` reads every file; the trained chapter calls it when it
+starts, before any training. A study writes its file through ``write``, which validates it the
+same way and commits it atomically, with the ``provenance`` every study records (command,
+commit, machine, torch, wall time, date).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from nopelib.profiles import TrainProfile
 from nopelib.tasks import TASKS
 
 RESULTS_DIR = cache.PACKAGE_DIR.parent / "book" / "results"
-KINDS = ("recipe", "grid", "trained", "long", "kernels")
+KINDS = ("recipe", "grid", "trained", "long", "kernels", "precision")
 MAX_BYTES = 64 * 2**20  # a committed result is kilobytes to a few megabytes
 
 
@@ -89,6 +89,11 @@ EXTRA_PROVENANCE: dict[str, dict[str, tuple[Check, str]]] = {
                 "sets": (lambda v: isinstance(v, dict) and bool(v) and all(
                     isinstance(e, dict) for e in v.values()),
                          "kernel set name -> its environment variables")},
+    "precision": {"profile": (_text, "a profile name"), "steps": (_int(1), "an integer >= 1"),
+                  "rule": (_text, "the rule's text"),
+                  "verdict": (lambda v: v in ("no change", "changes"),
+                              "'no change' or 'changes'"),
+                  "training": (lambda v: isinstance(v, dict), "the profile's fields")},
 }
 RUN: dict[str, tuple[Check, str]] = {
     "task": (lambda v: v in TASKS, f"one of {list(TASKS)}"),
@@ -118,6 +123,14 @@ EXTRA_RUN: dict[str, dict[str, tuple[Check, str]]] = {
                 "outside": (lambda v: isinstance(v, list) and all(_text(x) for x in v),
                             "a list of the quantities outside the study's interval"),
                 "scores_after": (_scores, "a list of >= 2 scores in [0, 1]")},
+    # one run of the precision check (nopelib.precision): its first steps in one precision
+    "precision": {"precision": (lambda v: v in ("float32", "bfloat16"),
+                                "'float32' or 'bfloat16'"),
+                  "steps": (_int(1), "an integer >= 1"),
+                  "step_ms": (_number(0.0), "a finite number >= 0"),
+                  "curve": (lambda v: isinstance(v, dict) and {"step", "val_accuracy",
+                                                               "scores"} <= set(v),
+                            "an object with step, val_accuracy and scores")},
 }
 
 

@@ -13,6 +13,10 @@ moved aside with a warning and retrained (``nopelib.cache``). A run whose loss o
 not finite is never committed, and a cache that cannot take a run (not a folder, not writable,
 no room) is refused before training starts.
 
+A run in training keeps checkpoints under ``<cache>/checkpoints/<key>`` (``nopelib.checkpoint``)
+until it is committed: a run that was stopped goes on from its newest one the next time it is
+asked for, and its metrics say where (``resumed_at``).
+
 ``train_or_load`` is the one call for one run; ``nopelib.launch`` trains many.
 """
 
@@ -33,6 +37,7 @@ from safetensors.torch import load_model, save_model
 
 from nopelib import cache
 from nopelib.cache import resolve_cache_dir
+from nopelib.checkpoint import RunCheckpoints
 from nopelib.model import GPT
 from nopelib.profiles import TrainProfile, check_seed, get_profile
 from nopelib.tasks import TASKS, get_task, make_split
@@ -79,10 +84,11 @@ def run_key(task: str, seed: int, profile: TrainProfile, device: str | torch.dev
     fields.pop("seeds")
     fields.pop("claim_tasks")  # which tasks a chapter judges does not change a run
     kind = torch.device(device).type
-    # numpy's version: its default_rng stream draws every run's data order
+    # numpy's version: its default_rng stream draws every run's data order; the dtype policy
+    # is the one that runs (a bf16 profile on a CPU without bf16 units trains in float32)
     payload = {"task": task, "seed": seed, "profile": fields, "source": source_hash(),
-               "device_type": kind, "dtype_policy": dtype_policy(kind), "torch": torch.__version__,
-               "numpy": np.__version__}
+               "device_type": kind, "dtype_policy": dtype_policy(kind, profile.precision),
+               "torch": torch.__version__, "numpy": np.__version__}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
 class _BadEntry(Exception):
@@ -143,6 +149,10 @@ def metrics_problem(metrics: object) -> str | None:
             return "curve.scores must hold one list of layer scores in [0, 1] per curve step"
     if "scores_init" in metrics and not _layer_scores(metrics["scores_init"]):
         return "scores_init must be a list of layer scores in [0, 1]"
+    resumed = metrics.get("resumed_at", [])  # absent in runs from before checkpoints
+    if not (isinstance(resumed, list)
+            and all(type(x) is int and 1 <= x <= metrics["steps"] for x in resumed)):
+        return f"resumed_at={resumed!r} must be a list of steps in [1, steps]"
     return None
 
 
@@ -266,21 +276,23 @@ def _valid(run_dir: Path, key: str, profile: TrainProfile) -> bool:
 
 
 def train_and_score(task: str, seed: int, prof: TrainProfile, dev: torch.device, key: str,
-                    progress: bool = True) -> tuple[GPT, dict]:
-    """Train one run, evaluate it and fill in its metrics; nothing is written. The model comes
-    back on the CPU in eval mode. Every backend trains a run through this function, so a seed
-    gives the same weights whichever process or machine runs it."""
+                    progress: bool = True, checkpoints: RunCheckpoints | None = None
+                    ) -> tuple[GPT, dict]:
+    """Train one run (from its newest checkpoint, given its ``checkpoints``), evaluate it and
+    fill in its metrics; nothing but checkpoints is written. The model comes back on the CPU
+    in eval mode. Every backend trains a run through this function, so a seed gives the same
+    weights whichever process or machine runs it."""
     if dev.type == "cpu":
         # one thread: CPU results are then identical whatever the core count (a reduction
         # split over threads rounds differently); train_many runs in parallel instead
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
-            model, metrics = train(task, seed, prof, dev, progress=progress)
+            model, metrics = train(task, seed, prof, dev, progress, checkpoints)
         finally:
             torch.set_num_threads(threads)
     else:
-        model, metrics = train(task, seed, prof, dev, progress=progress)
+        model, metrics = train(task, seed, prof, dev, progress, checkpoints)
     return score(model, metrics, task, seed, prof, dev, key)
 
 
@@ -295,7 +307,7 @@ def score(model: GPT, metrics: dict, task: str, seed: int, prof: TrainProfile,
     metrics.update(
         n_test=len(test), task=task, seed=seed, key=key, profile=prof.name,
         num_params=model.num_params(), config=prof.model.to_dict(), torch=torch.__version__,
-        dtype_policy=dtype_policy(dev.type),
+        dtype_policy=dtype_policy(dev.type, prof.precision),
         date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
     return model.cpu().eval(), metrics
@@ -310,21 +322,25 @@ def train_or_load(
     progress: bool = True,
 ) -> TrainedRun:
     """The trained run of (task, seed, profile): from the cache when its key matches, otherwise
-    trained on ``device``, evaluated, and committed to the cache. The model comes back on the
-    CPU in eval mode."""
+    trained on ``device`` (going on from the run's newest checkpoint, if a stopped call left
+    one), evaluated, and committed to the cache. The model comes back on the CPU in eval
+    mode."""
     get_task(task)
     prof = get_profile(profile)
     check_seed(seed)
     dev = resolve_device(device)
     key = run_key(task, seed, prof, dev)
-    runs = resolve_cache_dir(cache_dir) / "runs"
+    root = resolve_cache_dir(cache_dir)
+    runs = root / "runs"
     loaded = load_run(runs / key, key, prof)
     if loaded is not None:
         model, metrics = loaded
         return TrainedRun(model, metrics, prof, from_cache=True)
 
     prepare_runs_dir(runs)  # a cache that cannot take the run fails now, not after training
-    model, metrics = train_and_score(task, seed, prof, dev, key, progress)
+    checkpoints = RunCheckpoints(root / "checkpoints", key)
+    model, metrics = train_and_score(task, seed, prof, dev, key, progress, checkpoints)
     commit_run(runs, key, model, metrics, prof)
+    checkpoints.clear()
     return TrainedRun(model, metrics, prof, from_cache=False)
 

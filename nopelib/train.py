@@ -5,7 +5,10 @@ linear warm-up and cosine decay, and gradient clipping. ``fit`` is the one loop:
 model's batches in its own seeded order, sets the learning rate, reads the loss every
 ``log_every`` steps (the only host syncs) and scores the learning curve; how one step updates
 the models is the caller's. ``train`` plugs in one model's step (``train_step``);
-``nopelib.batched`` plugs in the step of several seeds trained as one batched model.
+``nopelib.batched`` plugs in the step of several seeds trained as one batched model. Given a
+run's checkpoints (``nopelib.checkpoint``), ``fit`` saves the loop's state with the caller's
+models and optimizers every few minutes (``Checkpointing``) and a stopped run goes on from
+there, ending bit for bit as if it had never stopped.
 
 Evaluation is exact match of greedy decoding, computed with one teacher-forced pass per batch
 (``evaluate``); ``greedy_accuracy`` decodes token by token as the reference it is tested against.
@@ -14,14 +17,17 @@ Evaluation is exact match of greedy decoding, computed with one teacher-forced p
 from __future__ import annotations
 
 import time
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
+from nopelib.checkpoint import RunCheckpoints
 from nopelib.metrics import layer_scores
 from nopelib.model import GPT
 from nopelib.profiles import TrainProfile
@@ -44,15 +50,39 @@ def resolve_device(device: str = "auto") -> torch.device:
     if (kind == "cuda" and not torch.cuda.is_available()) or (kind == "mps" and not mps_ok):
         raise ValueError(f"device={device!r} is not available on this machine")
     return torch.device(device)
-def dtype_policy(device_type: str) -> str:
-    """How ``train`` computes on a device type: bfloat16 autocast on CUDA, float32 elsewhere."""
-    return "autocast-bfloat16" if device_type == "cuda" else "float32"
 
 
-def autocast_for(device: torch.device) -> AbstractContextManager:
-    """bfloat16 autocast on CUDA (``dtype_policy``); float32, no autocast, elsewhere."""
-    if device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
+def bf16_available() -> bool:
+    """Whether this CPU has bf16 units (AVX-512 BF16 or AMX) that oneDNN computes bf16 on;
+    without them bf16 autocast is emulated and slower than float32."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def dtype_policy(device_type: str, precision: str = "float32") -> str:
+    """How ``train`` computes a step on a device type under a profile's ``precision``:
+    bfloat16 autocast on CUDA whatever the profile says; on the CPU, bfloat16 autocast when
+    the profile asks for it and the CPU has bf16 units (``bf16_available``), else float32."""
+    if device_type == "cuda":
+        return "autocast-bfloat16"
+    if device_type == "cpu" and precision == "bfloat16" and bf16_available():
+        return "autocast-bfloat16"
+    return "float32"
+
+
+def autocast_for(device: torch.device, precision: str = "float32") -> AbstractContextManager:
+    """The training step's autocast under ``dtype_policy``; float32 is no autocast. A profile
+    that asks for bfloat16 on a CPU without bf16 units trains in float32, with a warning (its
+    run key records float32, so it is another run than a bf16 one)."""
+    policy = dtype_policy(device.type, precision)
+    if precision == "bfloat16" and device.type == "cpu" and policy == "float32":
+        warnings.warn("precision='bfloat16': this CPU has no bf16 units, so the run trains in "
+                      "float32 (keyed as float32); expect about twice the bf16 step time",
+                      stacklevel=2)
+    if policy == "autocast-bfloat16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
     return nullcontext()
 
 
@@ -106,100 +136,253 @@ StepFn = Callable[[np.ndarray, int, float], torch.Tensor]
 CurveFn = Callable[[], list[dict]]
 
 
+@dataclass(frozen=True)
+class Checkpointing:
+    """What ``fit`` needs to checkpoint a run and resume it: the run's checkpoints, and the
+    caller's part of its state (models, optimizers, fields of its own): ``save()`` returns
+    its tensors and JSON fields, ``load(tensors, fields)`` puts them back, and ``shapes`` names
+    every tensor ``save`` returns with its shape (a checkpoint with others is not used)."""
+
+    checkpoints: RunCheckpoints
+    shapes: dict[str, tuple[int, ...]]
+    save: Callable[[], tuple[dict[str, torch.Tensor], dict]]
+    load: Callable[[dict[str, torch.Tensor], dict], None]
+
+    @classmethod
+    def of_model(cls, checkpoints: RunCheckpoints, model: torch.nn.Module,
+                 opt: torch.optim.Optimizer, fields: dict) -> Checkpointing:
+        """Checkpointing of one model and its AdamW: the tensors ``model.<parameter>`` and
+        ``optimizer.<j>.<state>`` (j numbers the parameters as ``opt.state_dict`` does), the
+        param groups, and the caller's JSON ``fields`` (replaced in place on resume)."""
+        params = [p for group in opt.param_groups for p in group["params"]]
+        shapes = {f"model.{name}": tuple(p.shape) for name, p in model.named_parameters()}
+        for j, p in enumerate(params):  # both moments and the step count
+            shapes.update({f"optimizer.{j}.exp_avg": tuple(p.shape),
+                           f"optimizer.{j}.exp_avg_sq": tuple(p.shape),
+                           f"optimizer.{j}.step": ()})
+
+        def save() -> tuple[dict[str, torch.Tensor], dict]:
+            state = opt.state_dict()
+            tensors = {f"model.{name}": p for name, p in model.named_parameters()}
+            tensors.update({f"optimizer.{j}.{name}": t for j, per_param in state["state"].items()
+                            for name, t in per_param.items()})
+            return tensors, {"param_groups": state["param_groups"], **fields}
+
+        def load(tensors: dict[str, torch.Tensor], saved: dict) -> None:
+            groups = [{**g, "betas": tuple(g["betas"])} for g in saved["param_groups"]]
+            mine = {k: saved[k] for k in fields}  # read all before changing anything
+            with torch.no_grad():
+                for name, p in model.named_parameters():
+                    p.copy_(tensors[f"model.{name}"])
+            opt.load_state_dict({"state": {j: {name: tensors[f"optimizer.{j}.{name}"]
+                                               for name in ("step", "exp_avg", "exp_avg_sq")}
+                                           for j in range(len(params))},
+                                 "param_groups": groups})
+            fields.update(mine)
+
+        return cls(checkpoints, shapes, save, load)
+
+
+@dataclass
+class _Loop:
+    """Where ``fit``'s loop stands, the models aside: all that a resumed run needs to go on as
+    if it had never stopped (``tensors`` and ``fields`` are its part of a checkpoint)."""
+
+    gens: list[np.random.Generator]  # each model's data order
+    orders: list[np.ndarray]  # each model's permutation of its rows, this epoch
+    loss_sum: torch.Tensor  # [S], summed on the device, read every log_every
+    curves: list[dict[str, list]]  # each model's learning curve
+    end: int  # the run's last step, once its budget is known
+    cursor: int = 0  # rows of this epoch drawn
+    i: int = 0  # steps taken
+    losses: list[list[float]] = field(default_factory=list)  # [log points][S]
+    curve_seconds: float = 0.0
+    tokens: int = 0
+    decay_from: int | None = None  # where the tail began (a budget that follows progress)
+    relearning: bool = False  # below relearn_below in the tail
+    restarts: list[int] = field(default_factory=list)  # where the tail was counted afresh
+    seconds: float = 0.0  # training seconds of the run's earlier segments (before a stop)
+    resumed_at: list[int] = field(default_factory=list)  # the steps it went on from
+
+    @classmethod
+    def start(cls, seeds: Sequence[int], n_rows: int, steps: int,
+              device: torch.device) -> _Loop:
+        gens = [np.random.default_rng(seed) for seed in seeds]
+        return cls(gens, [g.permutation(n_rows) for g in gens],
+                   torch.zeros(len(seeds), device=device),
+                   [defaultdict(list) for _ in seeds], end=steps)
+
+    def draw(self, batch_size: int) -> np.ndarray:
+        """Each model's next batch of rows [S, B]: a new permutation every epoch, the ragged
+        tail dropped."""
+        n_rows = len(self.orders[0])
+        if self.cursor + batch_size > n_rows:
+            self.orders, self.cursor = [g.permutation(n_rows) for g in self.gens], 0
+        rows = np.stack([order[self.cursor:self.cursor + batch_size] for order in self.orders])
+        self.cursor += batch_size
+        return rows
+
+    def follow(self, profile: TrainProfile, val: float) -> None:
+        """The budget that follows progress, at a curve point whose lowest validation exact
+        match is ``val`` (see ``fit``)."""
+        i, cap = self.i, profile.steps
+        if self.decay_from is None and val >= profile.stop_at:
+            self.decay_from, self.end = i, min(cap, i + profile.tail_steps(i))
+        elif self.decay_from is not None and val < profile.relearn_below:
+            self.relearning = True  # lost in the tail: the run may not end like this
+        elif self.relearning and val >= profile.stop_at:
+            self.relearning, self.end = False, max(self.end, min(cap, i + profile.tail_steps(i)))
+            self.restarts.append(i)
+        if self.relearning:
+            self.end = max(self.end, min(cap, i + profile.curve_every))
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        # torch's generator draws nothing in a run today (no dropout); kept for one that does
+        return {"loop.orders": torch.from_numpy(np.stack(self.orders)),
+                "loop.loss_sum": self.loss_sum, "loop.torch_rng": torch.get_rng_state()}
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {name: tuple(t.shape) for name, t in self.tensors().items()}
+
+    def fields(self, seconds: float) -> dict:
+        """The JSON part; ``seconds``: the run's training seconds so far."""
+        return {"generators": [g.bit_generator.state for g in self.gens],
+                "cursor": self.cursor, "i": self.i, "losses": self.losses,
+                "curves": [dict(c) for c in self.curves], "curve_seconds": self.curve_seconds,
+                "tokens": self.tokens, "end": self.end, "decay_from": self.decay_from,
+                "relearning": self.relearning, "restarts": self.restarts, "seconds": seconds,
+                "resumed_at": self.resumed_at}
+
+    @classmethod
+    def restored(cls, tensors: dict[str, torch.Tensor], fields: dict,
+                 device: torch.device) -> _Loop:
+        """The loop a checkpoint saved (``tensors``, ``fields``), going on from its step."""
+        gens = []
+        for state in fields["generators"]:
+            gen = np.random.Generator(np.random.PCG64())
+            gen.bit_generator.state = state  # another generator's state is a ValueError
+            gens.append(gen)
+        orders = list(tensors["loop.orders"].numpy())
+        if len(gens) != len(orders):
+            raise ValueError(f"{len(gens)} generators for {len(orders)} data orders")
+        return cls(gens, orders, tensors["loop.loss_sum"].to(device),
+                   [defaultdict(list, c) for c in fields["curves"]], end=fields["end"],
+                   cursor=fields["cursor"], i=fields["i"], losses=fields["losses"],
+                   curve_seconds=fields["curve_seconds"], tokens=fields["tokens"],
+                   decay_from=fields["decay_from"], relearning=fields["relearning"],
+                   restarts=fields["restarts"], seconds=fields["seconds"],
+                   resumed_at=[*fields["resumed_at"], fields["i"]])
+
+
+def _resume(checkpointing: Checkpointing, fresh: _Loop, device: torch.device) -> _Loop:
+    """The loop of the run's newest usable checkpoint, its models and optimizers restored;
+    ``fresh`` (the run from step 0) without one."""
+
+    def restore(tensors: dict[str, torch.Tensor], fields: dict) -> _Loop:
+        loop = _Loop.restored(tensors, fields["loop"], device)  # checks before any change
+        checkpointing.load(tensors, fields["caller"])
+        torch.set_rng_state(tensors["loop.torch_rng"])
+        return loop
+
+    shapes = {**checkpointing.shapes, **fresh.shapes()}
+    return checkpointing.checkpoints.resume(shapes, restore) or fresh
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def fit(profile: TrainProfile, seeds: Sequence[int], lengths: np.ndarray, step: StepFn,
-        curve: CurveFn, device: torch.device, desc: str, progress: bool = True) -> list[dict]:
+        curve: CurveFn, device: torch.device, desc: str, progress: bool = True,
+        checkpointing: Checkpointing | None = None) -> list[dict]:
     """The training loop of ``len(seeds)`` models trained side by side (one, for a plain run).
 
     ``lengths`` [S, N] holds each model's training rows' lengths (input + answer + end token):
     each batch is cut to its longest row, decided on the host without a device sync. Every
     model draws its rows from its own ``numpy.random.default_rng(seed)``, a fresh permutation
-    each epoch (the ragged tail dropped). ``curve()`` scores every model every ``curve_every``
-    steps, outside the timed steps. With ``profile.stop_at`` the budget follows progress: once
-    every model's validation exact match is at ``stop_at`` at a curve point, the run trains
-    ``profile.tail_steps`` more steps with a decaying learning rate and ends (``steps`` caps
-    it); with ``profile.relearn_below``, a validation point below it in the tail keeps the
-    run going, and the tail is counted afresh once validation is back at ``stop_at``.
+    each epoch (the ragged tail dropped). ``curve()`` scores every model at the profile's curve
+    steps (``TrainProfile.is_curve_step``), outside the timed steps. With ``profile.stop_at``
+    the budget follows progress: once every model's validation exact match is at ``stop_at``
+    at a curve point, the run trains ``profile.tail_steps`` more steps with a decaying learning
+    rate and ends (``steps`` caps it); with ``profile.relearn_below``, a validation point below
+    it in the tail keeps the run going, and the tail is counted afresh once validation is back
+    at ``stop_at``. With ``checkpointing`` the run goes on from its newest usable checkpoint
+    and writes one whenever one is due (``checkpoint.RunCheckpoints.due``), outside the timed
+    steps: a resumed run ends bit for bit as an uninterrupted one.
     Returns each model's training metrics."""
     S, N = lengths.shape
     B = profile.batch_size
-    gens = [np.random.default_rng(seed) for seed in seeds]
-    orders, cursor = [g.permutation(N) for g in gens], 0
-    loss_sum = torch.zeros(S, device=device)  # summed on the device, read every log_every
-    losses: list[list[float]] = []  # [log points][S]
-    curves: list[dict[str, list]] = [defaultdict(list) for _ in range(S)]
-    curve_seconds, tokens = 0.0, 0
-    end, decay_from = profile.steps, None  # the run's last step, once its budget is known
-    relearning, restarts = False, []  # below relearn_below in the tail; where it restarted
-    bar = tqdm(total=profile.steps, desc=desc, disable=not progress, mininterval=1.0)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    i = 0
-    while i < end:
-        if cursor + B > N:  # a new epoch for every model: reshuffle, drop the ragged tail
-            orders, cursor = [g.permutation(N) for g in gens], 0
-        rows = np.stack([order[cursor:cursor + B] for order in orders])  # [S, B]
-        cursor += B
+    run = _Loop.start(seeds, N, profile.steps, device)
+    if checkpointing is not None:
+        run = _resume(checkpointing, run, device)
+    bar = tqdm(total=run.end, initial=run.i, desc=desc, disable=not progress, mininterval=1.0)
+    _sync(device)
+    start, untimed = time.perf_counter(), 0.0  # untimed: curve points and checkpoints
+    while run.i < run.end:
+        rows = run.draw(B)  # [S, B]
         T = int(np.take_along_axis(lengths, rows, axis=1).max()) - 1  # positions that predict
-        tokens += S * B * T
-        step_losses = step(rows, T, profile.lr_at(i, decay_from, end))  # [S]
-        loss_sum += step_losses
-        i += 1
-        if i % profile.log_every == 0 or i == end:
+        run.tokens += S * B * T
+        step_losses = step(rows, T, profile.lr_at(run.i, run.decay_from, run.end))  # [S]
+        run.loss_sum += step_losses
+        run.i += 1
+        i = run.i
+        if i % profile.log_every == 0 or i == run.end:
             n = ((i - 1) % profile.log_every) + 1
-            losses.append([x / n for x in loss_sum.tolist()])  # the one host sync
-            loss_sum.zero_()
-            bar.set_postfix(loss=f"{np.mean(losses[-1]):.4f}")
+            run.losses.append([x / n for x in run.loss_sum.tolist()])  # the one host sync
+            run.loss_sum.zero_()
+            bar.set_postfix(loss=f"{np.mean(run.losses[-1]):.4f}")
             bar.update(n)
-        if profile.curve_every and (i % profile.curve_every == 0 or i == end):
+        if profile.is_curve_step(i, run.end):
             # curve() draws no random numbers: the trajectory is the same without a curve
             tic = time.perf_counter()
             points = curve()
             for s, point in enumerate(points):
-                curves[s]["step"].append(i)
-                curves[s]["loss"].append(float(step_losses[s]))
+                run.curves[s]["step"].append(i)
+                run.curves[s]["loss"].append(float(step_losses[s]))
                 for name, value in point.items():
-                    curves[s][name].append(value)
-            curve_seconds += time.perf_counter() - tic
+                    run.curves[s][name].append(value)
+            run.curve_seconds += time.perf_counter() - tic
+            untimed += time.perf_counter() - tic
             if profile.stop_at:
-                val = [p["val_accuracy"] for p in points]
-                if decay_from is None and min(val) >= profile.stop_at:
-                    decay_from, end = i, min(profile.steps, i + profile.tail_steps(i))
-                elif decay_from is not None and min(val) < profile.relearn_below:
-                    relearning = True  # lost in the tail: the run may not end like this
-                elif relearning and min(val) >= profile.stop_at:
-                    relearning, end = False, max(end, min(profile.steps,
-                                                          i + profile.tail_steps(i)))
-                    restarts.append(i)
-                if relearning:
-                    end = max(end, min(profile.steps, i + profile.curve_every))
-                bar.total = end
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    seconds = time.perf_counter() - start - curve_seconds
+                run.follow(profile, min(p["val_accuracy"] for p in points))
+                bar.total = run.end
+        if checkpointing is not None and checkpointing.checkpoints.due(i):
+            _sync(device)
+            tic = time.perf_counter()
+            so_far = run.seconds + tic - start - untimed  # training seconds, every segment
+            tensors, fields = checkpointing.save()
+            checkpointing.checkpoints.save(i, {**tensors, **run.tensors()},
+                                           {"loop": run.fields(so_far), "caller": fields})
+            untimed += time.perf_counter() - tic
+    _sync(device)
+    seconds = run.seconds + time.perf_counter() - start - untimed
     bar.close()
     out = []
     for s in range(S):
-        curve_s = [row[s] for row in losses]
-        metrics = {"train_seconds": seconds, "steps": end,
-                   "step_ms": 1000 * seconds / end, "tokens_per_s": tokens / seconds,
-                   "final_loss": curve_s[-1], "loss_curve": curve_s, "device": str(device)}
+        curve_s = [row[s] for row in run.losses]
+        metrics = {"train_seconds": seconds, "steps": run.end,
+                   "step_ms": 1000 * seconds / run.end, "tokens_per_s": run.tokens / seconds,
+                   "final_loss": curve_s[-1], "loss_curve": curve_s, "device": str(device),
+                   "resumed_at": run.resumed_at}
         if profile.curve_every:
-            metrics["curve"] = dict(curves[s])
-            metrics["curve_seconds"] = curve_seconds
+            metrics["curve"] = dict(run.curves[s])
+            metrics["curve_seconds"] = run.curve_seconds
         if profile.stop_at:
-            metrics["decay_from"] = decay_from  # None: the cap ended the run first
-            metrics["tail_restarts"] = restarts  # steps where the tail was counted afresh
+            metrics["decay_from"] = run.decay_from  # None: the cap ended the run first
+            metrics["tail_restarts"] = run.restarts  # steps where the tail was counted afresh
         out.append(metrics)
     return out
 
 
 def train(
-    task: str, seed: int, profile: TrainProfile, device: torch.device, progress: bool = True
+    task: str, seed: int, profile: TrainProfile, device: torch.device, progress: bool = True,
+    checkpoints: RunCheckpoints | None = None,
 ) -> tuple[GPT, dict]:
-    """Train one run from scratch; returns the model (on ``device``, eval mode) and its
-    training metrics (with the profile's ``n_trajectory``: the adjacency score of every layer
-    on fixed task inputs at initialisation, ``scores_init``, and at every curve point)."""
+    """Train one run, from scratch or, with ``checkpoints``, from its newest usable checkpoint
+    (writing them as it goes); returns the model (on ``device``, eval mode) and its training
+    metrics (with the profile's ``n_trajectory``: the adjacency score of every layer on fixed
+    task inputs at initialisation, ``scores_init``, and at every curve point)."""
     profile = profile.for_task(task)
     split = make_split(task, seed, n_train=profile.n_train, n_test=profile.n_test,
                        n_val=profile.n_val)
@@ -211,8 +394,11 @@ def train(
     torch.manual_seed(seed)  # same draw as analysis.random_model(config, seed)
     model = GPT(profile.model).to(device).train()
     opt = adamw(model.parameters(), profile)
-    autocast = autocast_for(device)
-    scores_init = trajectory_scores(model, texts)
+    autocast = autocast_for(device, profile.precision)
+    # a resumed run's own comes back from its checkpoint (the same numbers)
+    run_fields = {"scores_init": trajectory_scores(model, texts)}
+    resumable = (None if checkpoints is None
+                 else Checkpointing.of_model(checkpoints, model, opt, run_fields))
 
     def step(rows: np.ndarray, T: int, lr: float) -> torch.Tensor:
         rows_t = torch.from_numpy(rows[0]).to(device)
@@ -231,9 +417,9 @@ def train(
         return [point]
 
     (metrics,) = fit(profile, [seed], lengths, step, curve, device, f"{task} seed {seed}",
-                     progress)
+                     progress, resumable)
     if texts:
-        metrics["scores_init"] = scores_init
+        metrics["scores_init"] = run_fields["scores_init"]
     return model.eval(), metrics
 
 

@@ -15,10 +15,14 @@ It trains longer than a chapter may, so it runs by hand, one file per task, with
 
     python -m nopelib.trained_study --tasks reversal indexing
 
-which writes ``book/results/trained_<profile>_<task>.json``. Every run goes through the run
-cache, so an interrupted study resumes where it stopped, and a rerun whose runs all come from
-the cache rewrites the files, keeping the provenance of the invocation that trained them
-(``trained_by``) beside its own.
+which writes ``book/results/trained_<profile>_<task>.json`` (``--profile paper_study``: the
+paper's base model under the same budget rules). Every run goes through the run cache, so a
+study stopped by an interrupt, a kill or a shutdown resumes when the command is rerun: the
+runs it finished come from the cache, and each run it was training goes on from its last
+checkpoint (``nopelib.checkpoint``, one every 5 minutes of training), ending bit for bit as
+it would have without the stop (its metrics record where it resumed, ``resumed_at``). A
+rerun whose runs all come from the cache rewrites the files, keeping the provenance of the
+invocation that trained them (``trained_by``) beside its own.
 """
 
 from __future__ import annotations

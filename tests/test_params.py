@@ -107,6 +107,9 @@ def test_paper_training_on_a_cpu_needs_an_opt_in(monkeypatch):
     monkeypatch.setenv(ALLOW_SLOW_ENV, "1")
     with pytest.warns(UserWarning, match=r"about \d+ h"):
         check_training_time("paper", 20, "cpu")
+    # a budget that follows progress: the step cap bounds the time, no more
+    with pytest.warns(UserWarning, match=r"profile='paper_study'.* up to about \d+ h .*step cap"):
+        check_training_time("paper_study", 1, "cpu")
 
 
 # --- the chapters -----------------------------------------------------------------------------

@@ -378,7 +378,7 @@ def test_cache_dir_resolution(tmp_path, monkeypatch):
 # --- profiles, devices and bad input ----------------------------------------------------------
 
 def test_profiles():
-    assert set(profiles.PROFILES) == {"cpu", "study", "paper"}
+    assert set(profiles.PROFILES) == {"cpu", "study", "paper", "paper_study"}
     study = profiles.PROFILES["study"]
     assert len(study.seeds) == 5 and set(study.claim_tasks) == set(TASKS)
     assert study.n_eval == study.n_test == 20_000 and study.n_trajectory >= 64
@@ -387,6 +387,62 @@ def test_profiles():
     assert profiles.PROFILES["paper"].n_eval == profiles.PROFILES["paper"].n_test
     with pytest.raises(ValueError, match="warmup_steps"):
         replace(TINY, warmup_steps=TINY.steps + 1)
+
+
+def test_the_paper_study_profile_is_the_base_model_under_the_study_budget():
+    paper_study, study = profiles.PROFILES["paper_study"], profiles.PROFILES["study"]
+    assert paper_study.model == GPTConfig()
+    assert replace(paper_study, name="study", model=study.model, n_trajectory=128,
+                   curve_dense_every=0, curve_dense_until=0) == study
+    assert (paper_study.n_trajectory, paper_study.curve_dense_every,
+            paper_study.curve_dense_until) == (64, 25, 1_000)
+
+
+def test_records_of_the_profiles_before_the_dense_curve_are_unchanged():
+    # committed studies compare the record of their day with today's (study.is_current)
+    for name in ("cpu", "study", "paper"):
+        record = profiles.PROFILES[name].record()
+        assert not set(profiles.RECORDED_WHEN_SET) & set(record)
+        assert profiles.TrainProfile.from_record(record) == replace(profiles.PROFILES[name],
+                                                                     seeds=(0,))
+    record = json.loads(json.dumps(profiles.PROFILES["paper_study"].record()))
+    assert record["curve_dense_every"] == 25 and record["curve_dense_until"] == 1_000
+    assert profiles.TrainProfile.from_record(record) == replace(
+        profiles.PROFILES["paper_study"], seeds=(0,))
+
+
+def test_curve_steps_are_dense_up_to_their_limit_then_sparse_and_at_the_end():
+    p = replace(TINY, steps=1_000, curve_every=250, curve_dense_every=25,
+                curve_dense_until=1_000)
+    steps = [i for i in range(1, 2_991) if p.is_curve_step(i, end=2_990)]
+    assert steps == [*range(25, 1_001, 25), 1_250, 1_500, 1_750, 2_000, 2_250, 2_500, 2_750,
+                     2_990]
+    plain = replace(p, curve_dense_every=0, curve_dense_until=0)
+    assert [i for i in range(1, 1_001) if plain.is_curve_step(i, end=1_000)] == [250, 500, 750,
+                                                                               1_000]
+    assert not any(replace(plain, curve_every=0).is_curve_step(i, end=10) for i in range(1, 11))
+
+
+def test_a_run_takes_its_dense_curve_points():
+    p = replace(TINY, steps=13, curve_every=6, curve_dense_every=2, curve_dense_until=5)
+    _, m = tr.train("reversal", 0, p, torch.device("cpu"), progress=False)
+    assert m["curve"]["step"] == [2, 4, 6, 12, 13]
+
+
+@pytest.mark.parametrize("change, match", [
+    (dict(curve_dense_every=-1), r"curve_dense_every=-1 must be a non-negative integer"),
+    (dict(curve_dense_until=2.5), r"curve_dense_until=2.5 must be a non-negative integer"),
+    (dict(curve_dense_until=100), r"curve_dense_every=0 must be an integer in \[1, "
+                                  r"curve_every=10\] when curve_dense_until=100"),
+    (dict(curve_dense_every=11, curve_dense_until=100),
+     r"curve_dense_every=11 must be an integer in \[1, curve_every=10\]"),
+    (dict(curve_dense_every=5), r"curve_dense_every=5 needs curve_dense_until > 0"),
+    (dict(curve_every=0, curve_dense_every=5, curve_dense_until=100),
+     r"curve_dense_until=100 needs curve points \(curve_every > 0, is 0\)"),
+])
+def test_a_dense_curve_that_cannot_work_is_refused(change, match):
+    with pytest.raises(ValueError, match=match):
+        replace(TINY, **{"curve_every": 10, **change})
 
 
 def test_resolve_device():

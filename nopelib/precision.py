@@ -1,0 +1,166 @@
+"""Whether bf16 autocast changes what the verdicts read: the paper model's first steps in both
+precisions, seed by seed.
+
+A training step of the paper's model (6 x 384) under bf16 autocast takes about half the time of
+a float32 step on a CPU with bf16 units (``nopelib.bench``), which matters for a study of
+hundreds of CPU hours. The verdicts read exact match and the adjacency score of every layer
+along training, so a faster precision is adopted only if it moves those no more than the seed
+does. The rule (``RULE``), fixed before the check ran:
+
+- the same seeds are trained under float32 and under bf16 autocast for the first ``steps``
+  steps of the profile (same initialisation, same data order, same learning rates);
+- per task, layer l and seed s, the **precision gap** is the mean over the curve points of
+  |score_bf16(s) - score_fp32(s)|, and the **seed gap** the same mean of |score_fp32(s) -
+  score_fp32(s')| over the pairs of float32 seeds; the same for validation exact match;
+- "no change" when, for every task and quantity, the largest precision gap over seeds is at
+  most the median seed gap: bf16 moves a run less than choosing another seed does. Otherwise
+  "changes", and the profile keeps float32.
+
+It runs by hand, one command, and commits a small file::
+
+    python -m nopelib.precision --tasks reversal addition --seeds 0 1 2 --steps 300
+
+which writes ``book/results/precision_<profile>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from nopelib import results
+from nopelib.launch import train_many
+from nopelib.profiles import PRECISIONS, PROFILES, TrainProfile, get_profile
+from nopelib.tasks import TASKS
+from nopelib.train import bf16_available
+
+RULE = ("the same seeds under float32 and bf16 autocast for the first steps; per task, "
+        "quantity (each layer's adjacency score, validation exact match) and seed, the "
+        "precision gap is the mean over curve points of |bf16 - fp32|, the seed gap the same "
+        "mean between two float32 seeds; 'no change' when the largest precision gap is at "
+        "most the median seed gap for every task and quantity, else 'changes' (keep float32)")
+
+
+def check_profiles(profile: str | TrainProfile, steps: int) -> dict[str, TrainProfile]:
+    """The profile's first ``steps`` steps under each precision (its budget rule unchanged,
+    capped), named apart from the study's own runs."""
+    prof = get_profile(profile)
+    if type(steps) is not int or not 1 <= steps <= prof.steps:
+        raise ValueError(f"steps={steps!r} must be an integer in [1, {prof.steps}]")
+    return {p: replace(prof, name=f"{prof.name}-first{steps}-{p}", steps=steps, precision=p)
+            for p in PRECISIONS}
+
+
+def run_record(task: str, seed: int, precision: str, metrics: dict) -> dict:
+    """One check run as the committed file holds it: its curve and timings."""
+    curve = metrics["curve"]
+    return {"task": task, "seed": seed, "precision": precision,
+            "dtype_policy": metrics["dtype_policy"], "accuracy": metrics["accuracy"],
+            "n_test": metrics["n_test"], "steps": metrics["steps"],
+            "train_seconds": metrics["train_seconds"], "step_ms": metrics["step_ms"],
+            "curve": {k: curve[k] for k in ("step", "accuracy", "val_accuracy", "scores")}}
+
+
+def _quantities(run: dict) -> dict[str, np.ndarray]:
+    """Every quantity the rule compares, along the run's curve points: each layer's score
+    and the validation exact match."""
+    scores = np.asarray(run["curve"]["scores"], float)  # [points, L+1]
+    out = {f"layer {layer}": scores[:, layer] for layer in range(scores.shape[1])}
+    out["val exact match"] = np.asarray(run["curve"]["val_accuracy"], float)
+    return out
+
+
+def gaps(runs: Sequence[dict]) -> pd.DataFrame:
+    """The rule's table: per task and quantity, the largest precision gap over seeds, the
+    median seed gap over float32 pairs, and the verdict ("no change" or "changes")."""
+    by = {(r["task"], r["seed"], r["precision"]): _quantities(r) for r in runs}
+    rows = []
+    for task in dict.fromkeys(r["task"] for r in runs):
+        seeds = sorted({s for t, s, p in by if t == task and p == "float32"
+                        and (t, s, "bfloat16") in by})
+        if len(seeds) < 2:
+            raise ValueError(f"{task}: the rule needs >= 2 seeds run in both precisions, "
+                             f"has {seeds}")
+        for name in by[task, seeds[0], "float32"]:
+            fp = {s: by[task, s, "float32"][name] for s in seeds}
+            bf = {s: by[task, s, "bfloat16"][name] for s in seeds}
+            if len({len(v) for v in (*fp.values(), *bf.values())}) != 1:
+                raise ValueError(f"{task}: the runs' curves have different lengths")
+            precision = max(float(np.abs(bf[s] - fp[s]).mean()) for s in seeds)
+            seed = float(np.median([np.abs(fp[a] - fp[b]).mean()
+                                    for a, b in itertools.combinations(seeds, 2)]))
+            rows.append(dict(task=task, quantity=name, precision_gap=precision,
+                             seed_gap=seed, n_seeds=len(seeds),
+                             verdict="no change" if precision <= seed else "changes"))
+    return pd.DataFrame(rows)
+
+
+def verdict(table: pd.DataFrame) -> str:
+    """The check's verdict over every task and quantity of ``gaps``."""
+    if table.empty:
+        raise ValueError("verdict: no gaps to judge")
+    return "no change" if (table.verdict == "no change").all() else "changes"
+
+
+def speed(runs: Sequence[dict]) -> pd.DataFrame:
+    """Per task: median training ms per step under each precision and their ratio (float32
+    over bfloat16), from the same invocation."""
+    frame = pd.DataFrame([{k: r[k] for k in ("task", "precision", "step_ms")} for r in runs])
+    table = frame.pivot_table(index="task", columns="precision", values="step_ms",
+                              aggfunc="median")
+    return table.assign(ratio=table["float32"] / table["bfloat16"])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m nopelib.precision",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", nargs="+", required=True, choices=list(TASKS))
+    parser.add_argument("--profile", default="paper_study", choices=sorted(PROFILES))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument("--out-dir", default=str(results.RESULTS_DIR))
+    args = parser.parse_args(argv)
+    from nopelib.params import SEED, Int, OutPath, check_args
+
+    check_args(parser, {
+        "--seeds": (args.seeds, SEED),
+        "--steps": (args.steps, Int(min=1, max=5_000, why="the check reads the first steps")),
+        "--workers": (args.workers, Int(min=1, max=256, why="one process per core")),
+        "--out-dir": (args.out_dir, OutPath(folder=True)),
+    })
+    if len(set(args.seeds)) < 2 or len(set(args.seeds)) != len(args.seeds):
+        parser.error(f"--seeds {args.seeds}: give at least two distinct seeds")
+    if not bf16_available():
+        parser.error("this CPU has no bf16 units (torch.ops.mkldnn._is_mkldnn_bf16_supported"
+                     "() is False): bf16 autocast would fall back to float32, nothing to check")
+    profs = check_profiles(args.profile, args.steps)
+    start = time.perf_counter()
+    jobs = [(t, s) for t in args.tasks for s in args.seeds]
+    records = []
+    for precision, prof in profs.items():
+        trained = train_many(jobs, prof, device="cpu", workers=args.workers)
+        records += [run_record(t, s, precision, trained[t, s].metrics) for t, s in jobs]
+    table = gaps(records)
+    doc = {"provenance": results.provenance(
+        "python -m nopelib.precision", argv, start, profile=args.profile, steps=args.steps,
+        rule=RULE, verdict=verdict(table), training=get_profile(args.profile).record(),
+        cpu_capability=torch.backends.cpu.get_cpu_capability()),
+        "runs": records, "gaps": table.to_dict("records")}
+    out = Path(args.out_dir) / f"precision_{args.profile}.json"
+    results.write(out, doc, "precision")
+    print(table.round(4).to_string(index=False))
+    print(speed(records).round(2).to_string())
+    print(f"verdict: {verdict(table)}; wrote {out} in {time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

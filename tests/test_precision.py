@@ -1,0 +1,93 @@
+"""Tests of the precision check (nopelib.precision): its rule on constructed curves, its
+profiles, and a bf16 run that is keyed by the precision that actually ran."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from nopelib import precision, profiles
+from nopelib import runs as rc
+from nopelib.model import GPTConfig
+from nopelib.train import bf16_available, dtype_policy
+
+
+def _run(task: str, seed: int, prec: str, layer1: list[float], val: list[float]) -> dict:
+    scores = [[0.5, s, 0.7] for s in layer1]
+    return {"task": task, "seed": seed, "precision": prec,
+            "curve": {"step": list(range(1, len(layer1) + 1)), "scores": scores,
+                      "val_accuracy": val}}
+
+
+def _runs(shift: float) -> list[dict]:
+    """Three seeds whose layer-1 curves lie 0.1 apart; the bf16 run of each seed is its
+    float32 curve moved by ``shift``."""
+    out = []
+    for seed in range(3):
+        base = [0.8 - 0.1 * seed, 0.7 - 0.1 * seed]
+        out.append(_run("reversal", seed, "float32", base, [0.0, 0.1]))
+        out.append(_run("reversal", seed, "bfloat16", [x + shift for x in base], [0.0, 0.1]))
+    return out
+
+
+def test_a_precision_that_moves_runs_less_than_the_seed_changes_nothing():
+    table = precision.gaps(_runs(0.02))
+    layer1 = table.set_index("quantity").loc["layer 1"]
+    assert layer1["precision_gap"] == pytest.approx(0.02)
+    assert layer1["seed_gap"] == pytest.approx(0.1)  # pairs 0.1, 0.2, 0.1: the median
+    assert precision.verdict(table) == "no change"
+    assert set(table.quantity) == {"layer 0", "layer 1", "layer 2", "val exact match"}
+
+
+def test_a_precision_that_moves_runs_as_far_as_the_seed_changes_them():
+    table = precision.gaps(_runs(0.15))
+    assert table.set_index("quantity").loc["layer 1", "verdict"] == "changes"
+    assert precision.verdict(table) == "changes"  # one quantity is enough
+
+
+def test_the_rule_needs_two_seeds_in_both_precisions_and_curves_of_one_length():
+    runs = _runs(0.0)
+    with pytest.raises(ValueError, match=">= 2 seeds"):
+        precision.gaps([r for r in runs if r["seed"] == 0])
+    runs[1]["curve"]["scores"] = runs[1]["curve"]["scores"][:1]
+    with pytest.raises(ValueError, match="different lengths"):
+        precision.gaps(runs)
+    with pytest.raises(ValueError, match="no gaps"):
+        precision.verdict(precision.gaps(_runs(0.0)).iloc[:0])
+
+
+def test_check_profiles_cap_the_steps_and_differ_only_in_precision():
+    profs = precision.check_profiles("paper_study", 300)
+    fp, bf = profs["float32"], profs["bfloat16"]
+    assert fp.steps == bf.steps == 300 and (fp.precision, bf.precision) == profiles.PRECISIONS
+    assert replace(bf, name=fp.name, precision="float32") == fp
+    assert fp.curve_dense_every == 25 and fp.stop_at == profiles.PROFILES["paper_study"].stop_at
+    with pytest.raises(ValueError, match="steps=0"):
+        precision.check_profiles("paper_study", 0)
+
+
+def test_a_bad_precision_is_refused_and_recorded_only_when_set():
+    with pytest.raises(ValueError, match="precision='fp16' is unknown"):
+        replace(profiles.PROFILES["study"], precision="fp16")
+    assert "precision" not in profiles.PROFILES["study"].record()
+    bf = replace(profiles.PROFILES["study"], precision="bfloat16")
+    assert bf.record()["precision"] == "bfloat16"
+    assert profiles.TrainProfile.from_record(bf.record()) == replace(bf, seeds=(0,))
+
+
+def test_a_bf16_run_is_keyed_by_the_precision_that_ran(tmp_path, recwarn):
+    tiny = replace(profiles.PROFILES["cpu"], name="tiny-bf16", steps=4, batch_size=4,
+                   model=GPTConfig(n_layer=1, n_head=1, n_embd=8), warmup_steps=1,
+                   n_train=40, n_test=8, n_eval=8, eval_batch_size=8, log_every=2,
+                   task_budgets=(), claim_tasks=(), curve_every=2, n_curve=8)
+    bf = replace(tiny, precision="bfloat16")
+    expected = "autocast-bfloat16" if bf16_available() else "float32"
+    assert dtype_policy("cpu", "bfloat16") == expected
+    assert dtype_policy("cuda", "float32") == "autocast-bfloat16"  # CUDA always autocasts
+    run = rc.train_or_load("addition", 0, bf, device="cpu", cache_dir=tmp_path, progress=False)
+    assert run.metrics["dtype_policy"] == expected
+    assert np.isfinite(run.metrics["final_loss"])
+    same_key = rc.run_key("addition", 0, bf, "cpu") == rc.run_key("addition", 0, tiny, "cpu")
+    assert same_key is False  # the precision field is part of the key either way
+    if not bf16_available():  # the fall-back says so
+        assert any("no bf16 units" in str(w.message) for w in recwarn)
