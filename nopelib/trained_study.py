@@ -28,6 +28,7 @@ invocation that trained them (``trained_by``) beside its own.
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,13 +37,15 @@ import pandas as pd
 import torch
 
 from nopelib import claims, results
+from nopelib.analysis import longest_input, similarity_matrices
 from nopelib.launch import train_many
 from nopelib.probe import RidgeConfig
 from nopelib.probe_study import task_sequences, trained_study
 from nopelib.profiles import PROFILES, TrainProfile, check_seed, get_profile
-from nopelib.runs import TrainedRun
+from nopelib.cache import resolve_cache_dir
+from nopelib.runs import TrainedRun, load_run, run_key
 from nopelib.tasks import TASKS, get_task
-from nopelib.train import TRAJECTORY_SEED
+from nopelib.train import TRAJECTORY_SEED, resolve_device
 
 
 PROBE_W = 4  # the probes' window: features per position (addition's sequences are short)
@@ -70,11 +73,18 @@ def probe_record(run: TrainedRun, fit_tokens: int = PROBE_FIT_TOKENS,
             "probe_seeds": list(PROBE_SEEDS), "rows": rows(table), "shuffled": rows(control)}
 
 
+MATRIX_DECIMALS = 4  # the stored similarity matrices: enough for a heatmap, a small file
+
+
 def run_record(run: TrainedRun, probe_fit_tokens: int = PROBE_FIT_TOKENS) -> dict:
     """One run as the study file holds it: accuracy on the whole test split, budget, where its
-    learning curve reached the learnedness line for good, and its trajectory."""
+    learning curve reached the learnedness line for good, its trajectory, whether and where it
+    was resumed, its wall time (training, curve points and the final evaluation), and the
+    self-similarity matrix of every layer on one longest input of its task (the paper's
+    Figure 1, drawn from committed data)."""
     m, prof = run.metrics, run.profile
     curve = m.get("curve", {})
+    text = longest_input(m["task"])
     if "scores" not in curve or "scores_init" not in m:
         raise ValueError(f"profile {prof.name!r} records no trajectory (n_trajectory=0): the "
                          "study needs one")
@@ -83,20 +93,43 @@ def run_record(run: TrainedRun, probe_fit_tokens: int = PROBE_FIT_TOKENS) -> dic
         "task": m["task"], "seed": m["seed"], "profile": prof.name, "key": m["key"],
         "accuracy": m["accuracy"], "n_test": m["n_test"], "steps": m["steps"],
         "decay_from": m.get("decay_from"), "train_seconds": m["train_seconds"],
+        "wall_seconds": m["train_seconds"] + m.get("curve_seconds", 0.0)
+        + m.get("eval_seconds", 0.0),
+        "resumed_at": m.get("resumed_at", []), "dtype_policy": m.get("dtype_policy", "float32"),
         "learned_from": plateau["learned_from"], "tail": plateau["tail"],
         "scores_init": m["scores_init"], "scores_after": curve["scores"][-1],
         "trajectory": {name: curve[name] for name in
                        ("step", "accuracy", "val_accuracy", "loss", "scores") if name in curve},
         "probes": probe_record(run, probe_fit_tokens),
+        "matrices": {"text": text, "layers": similarity_matrices(run.model, text).round(
+            MATRIX_DECIMALS).tolist()},  # [L+1, T, T]
     }
+
+
+def cached_runs(profile: TrainProfile, tasks: Sequence[str], seeds: Sequence[int],
+                device: str = "auto") -> dict[tuple[str, int], TrainedRun]:
+    """The (task, seed) runs of ``profile`` already committed to the run cache, nothing
+    trained: what a study in flight has finished."""
+    dev = resolve_device(device)
+    root = resolve_cache_dir() / "runs"
+    out = {}
+    for task in tasks:
+        for seed in seeds:
+            key = run_key(task, seed, profile, dev)
+            loaded = load_run(root / key, key, profile)
+            if loaded is not None:
+                out[task, seed] = TrainedRun(*loaded, profile, from_cache=True)
+    return out
 
 
 def run_study(profile: str | TrainProfile, tasks: Sequence[str], seeds: Sequence[int],
               device: str = "auto", workers: int | None = None,
-              probe_fit_tokens: int = PROBE_FIT_TOKENS) -> tuple[dict[str, list[dict]], int]:
+              probe_fit_tokens: int = PROBE_FIT_TOKENS,
+              cached_only: bool = False) -> tuple[dict[str, list[dict]], int]:
     """Train (or load) every (task, seed) of ``profile`` in one pool; per task, the run
     records (``run_record``, with probes fitted on ``probe_fit_tokens`` tokens), and how many
-    runs came from the cache."""
+    runs came from the cache. ``cached_only``: train nothing, record the runs the cache
+    holds (a task with none is left out)."""
     prof = get_profile(profile)
     for task in tasks:
         get_task(task)
@@ -104,11 +137,32 @@ def run_study(profile: str | TrainProfile, tasks: Sequence[str], seeds: Sequence
         check_seed(seed)
     if not prof.n_trajectory:
         raise ValueError(f"profile={prof.name!r} records no trajectory (n_trajectory=0)")
-    runs = train_many([(t, s) for t in tasks for s in seeds], prof, device=device,
-                      workers=workers)
-    by_task = {task: [run_record(runs[task, s], probe_fit_tokens) for s in seeds]
-               for task in tasks}
+    if cached_only:
+        runs = cached_runs(prof, tasks, seeds, device)
+    else:
+        runs = train_many([(t, s) for t in tasks for s in seeds], prof, device=device,
+                          workers=workers)
+    by_task = {task: [run_record(runs[task, s], probe_fit_tokens) for s in seeds
+                      if (task, s) in runs] for task in tasks}
+    by_task = {task: records for task, records in by_task.items() if records}
     return by_task, sum(run.from_cache for run in runs.values())
+
+
+def merged(path: Path, records: list[dict], training: dict) -> list[dict]:
+    """``records`` and, from the committed file at ``path`` when it was trained under the same
+    profile record (``training``), the runs of the seeds they do not hold: a study grows by
+    seed and never shrinks (a run of this invocation replaces the committed run of its seed).
+    Sorted by seed."""
+    mine = {r["seed"] for r in records}
+    kept = []
+    if path.is_file():
+        try:
+            old = results.load(path)
+        except results.ResultsError:
+            old = None
+        if old is not None and old["provenance"].get("training") == training:
+            kept = [r for r in old["runs"] if r["seed"] not in mine]
+    return sorted([*records, *kept], key=lambda r: r["seed"])
 
 
 def trained_by(path: Path, records: list[dict], now: dict) -> dict:
@@ -137,6 +191,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--workers", type=int, default=None,
                         help="training processes on the CPU (default: one per core)")
+    parser.add_argument("--probe-fit-tokens", type=int, default=PROBE_FIT_TOKENS,
+                        help="probed tokens in each fitting split of the probes")
+    parser.add_argument("--cached-only", action="store_true",
+                        help="train nothing: write the runs the cache holds (a study in "
+                             "flight: k of the seeds)")
     args = parser.parse_args(argv)
     from nopelib.params import SEED, Device, Int, check_args
 
@@ -144,6 +203,8 @@ def main(argv: list[str] | None = None) -> None:
         "--seeds": (args.seeds, SEED),
         "--device": (args.device, Device()),
         "--workers": (args.workers, Int(min=1, max=256, why="one process per core")),
+        "--probe-fit-tokens": (args.probe_fit_tokens,
+                               Int(min=1, max=10**6, why="the test split's tokens")),
     })
     if args.seeds is not None and len(set(args.seeds)) != len(args.seeds):
         parser.error(f"--seeds {args.seeds} names a seed twice")
@@ -152,18 +213,22 @@ def main(argv: list[str] | None = None) -> None:
     prof = get_profile(args.profile)
     seeds = list(prof.seeds) if args.seeds is None else args.seeds
     start = time.perf_counter()
-    by_task, from_cache = run_study(prof, args.tasks, seeds, args.device, args.workers)
+    by_task, from_cache = run_study(prof, args.tasks, seeds, args.device, args.workers,
+                                    args.probe_fit_tokens, args.cached_only)
+    training = json.loads(json.dumps(prof.record()))  # tuples as a file holds them
     for task, records in by_task.items():
+        out = args.out_dir / f"trained_{prof.name}_{task}.json"
+        records = merged(out, records, training)
         doc = {
             "provenance": results.provenance(
                 "python -m nopelib.trained_study", argv, start, profile=prof.name,
-                training=prof.record(), tasks=list(args.tasks), seeds=seeds,
+                training=prof.record(), tasks=list(args.tasks),
+                seeds=[r["seed"] for r in records],
                 runs_from_cache=from_cache,
                 cpu_capability=torch.backends.cpu.get_cpu_capability(),
                 trajectory={"n_inputs": prof.n_trajectory, "seed": TRAJECTORY_SEED}),
             "runs": records,
         }
-        out = args.out_dir / f"trained_{prof.name}_{task}.json"
         doc["provenance"]["trained_by"] = trained_by(out, records, doc["provenance"])
         results.write(out, doc, "trained")
         print(f"wrote {out}: {len(records)} runs, accuracy "

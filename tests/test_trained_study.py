@@ -89,3 +89,31 @@ def test_the_committed_studies_are_valid_and_judged_by_the_fixed_rules():
                 phase = claims.learned_phase(t["step"], t["accuracy"], t["scores"],
                                              run["steps"])
                 assert len(phase) == prof.model.n_layer + 1, name
+
+
+def test_a_study_in_flight_writes_the_seeds_it_has_and_grows_by_seed(tmp_path, monkeypatch):
+    monkeypatch.setitem(profiles.PROFILES, TINY.name, TINY)
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = ["--profile", TINY.name, "--tasks", "ordering", "--device", "cpu",
+            "--out-dir", str(out), "--probe-fit-tokens", "100"]
+    # nothing trained yet: --cached-only writes no file
+    ts.main([*argv, "--cached-only"])
+    assert not list(out.iterdir())
+    ts.main([*argv, "--seeds", "1", "--workers", "1"])  # one seed trained
+    path = out / f"trained_{TINY.name}_ordering.json"
+    first = results.load(path)
+    assert [r["seed"] for r in first["runs"]] == [1]
+    run = first["runs"][0]
+    assert run["resumed_at"] == [] and run["wall_seconds"] >= run["train_seconds"]
+    mats = run["matrices"]["layers"]  # [L+1, T, T] of the longest input
+    assert len(mats) == TINY.model.n_layer + 1 and len(mats[0]) == len(run["matrices"]["text"])
+    assert mats[1][0][0] == 1.0  # a state's cosine with itself
+    # seed 0 trained next: the file grows, seed 1 is kept
+    ts.main([*argv, "--seeds", "0", "--workers", "1"])
+    grown = results.load(path)
+    assert [r["seed"] for r in grown["runs"]] == [0, 1]
+    assert grown["runs"][1] == first["runs"][0] and grown["provenance"]["seeds"] == [0, 1]
+    # a cached-only rewrite of every seed keeps both, from the cache
+    ts.main([*argv, "--cached-only"])
+    assert [r["seed"] for r in results.load(path)["runs"]] == [0, 1]
