@@ -257,10 +257,14 @@ def study_table(docs: Mapping[str, Mapping]) -> pd.DataFrame:
 
 
 def study_accuracy(table: pd.DataFrame, n_test: int,
-                   baselines: Mapping[str, float] | None = None) -> pd.DataFrame:
+                   baselines: Mapping[str, float] | None = None,
+                   n_seeds: int | None = None) -> pd.DataFrame:
     """Per task of ``study_table``: exact match per seed (columns ``seed s``), the lowest,
-    the task's majority-answer share (``baselines``), whether the task is learned (``analysis.is_learned``) and whether every run is past its
-    plateau with the claim rule's margin (``with margin``): the tasks judged are both."""
+    the task's majority-answer share (``baselines``), whether the task is learned
+    (``analysis.is_learned``), whether every run is past its plateau with the claim rule's
+    margin (``with margin``), and how many seeds its file holds (``seeds``) against the
+    ``n_seeds`` of its profile (``complete``; a study in flight holds fewer): the tasks judged
+    are learned, with margin and complete."""
     acc = table.pivot(index="task", columns="seed", values="accuracy")
     acc.columns = [f"seed {s}" for s in acc.columns]
     acc["lowest"] = acc.min(axis=1)
@@ -269,6 +273,8 @@ def study_accuracy(table: pd.DataFrame, n_test: int,
     acc["learned"] = [is_learned(g.to_dict("records"), n_test)
                       for _, g in table.groupby("task")]
     acc["with margin"] = table.groupby("task")["with_margin"].all()
+    acc["seeds"] = table.groupby("task")["seed"].nunique()
+    acc["complete"] = acc["seeds"] >= (n_seeds or 0)
     return acc
 
 
@@ -276,7 +282,8 @@ def learned_and_judged(acc: pd.DataFrame) -> tuple[list[str], list[str]]:
     """From ``study_accuracy``'s table: the tasks learned by every seed, and those of them
     learned with the margin rule's margin (the tasks the claims are judged on)."""
     learned = [t for t in acc.index if acc.loc[t, "learned"]]
-    return learned, [t for t in learned if acc.loc[t, "with margin"]]
+    complete = acc["complete"] if "complete" in acc else pd.Series(True, index=acc.index)
+    return learned, [t for t in learned if acc.loc[t, "with margin"] and complete[t]]
 
 
 def trained_verdicts(docs: Mapping[str, Mapping], acc: pd.DataFrame,
@@ -423,3 +430,35 @@ def grid_caption(name: str, provenance: Mapping, n_runs: int) -> str:
             f"{provenance['machine']} (torch {provenance['torch']}, backend "
             f"{provenance['backend']}, {provenance['wall_seconds'] / 60:.1f} min wall, "
             f"{provenance['date']}).")
+
+
+def size_dependence(tables: Mapping[str, pd.DataFrame | None],
+                    tasks: Sequence[str]) -> pd.DataFrame:
+    """Whether a trained claim's verdict depends on the model's size: ``tables`` maps a model's
+    name to its claim table (``trained_verdicts``' second item, None when the model has no
+    judged task), the first name being the reference. One row per (claim, reading, task) with
+    each model's verdict ("not judged" where it has none) and one plain sentence."""
+    names = list(tables)
+    if len(names) < 2:
+        raise ValueError(f"size_dependence: two models or more, not {names}")
+    keys = ["claim", "reading", "task"]
+    readings = [(c, r) for c, r in claims.TRAINED_CLAIMS]
+    rows = []
+    for (claim, reading), task in ((cr, t) for cr in readings for t in tasks):
+        row = dict(claim=claim, reading=reading, task=task)
+        for name in names:
+            table = tables[name]
+            hit = (None if table is None else
+                   table[(table[keys] == [claim, reading, task]).all(axis=1)])
+            row[name] = "not judged" if hit is None or hit.empty else hit.verdict.iloc[0]
+        verdicts = [row[n] for n in names]
+        if "not judged" in verdicts:
+            missing = [n for n in names if row[n] == "not judged"]
+            row["depends on size"] = (f"cannot say yet: {', '.join(missing)} not judged on "
+                                      f"{task}")
+        elif len(set(verdicts)) == 1:
+            row["depends on size"] = f"no: {verdicts[0]} at every size"
+        else:
+            row["depends on size"] = "yes: " + ", ".join(f"{row[n]} at {n}" for n in names)
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from nopelib import claims, results, study
@@ -241,3 +242,32 @@ def test_rules_comparison_shows_both_rule_sets_and_why_a_verdict_moved():
     assert "one-sided" in row["why it moved"]
     same = both[both["verdict registered"] == both["verdict revised"]]
     assert (same["why it moved"] == "").all() and len(same) < len(both)
+
+
+def test_a_study_in_flight_is_not_judged_until_every_seed_is_in():
+    docs = _docs()
+    table = study.study_table(docs)
+    acc = study.study_accuracy(table, PROFILES["study"].n_test, n_seeds=5)
+    assert acc.loc["reversal", "seeds"] == 2 and not acc.loc["reversal", "complete"]
+    learned, judged = study.learned_and_judged(acc)
+    assert learned == ["reversal"] and judged == []  # learned by 2 of 5: not judged
+    acc2 = study.study_accuracy(table, PROFILES["study"].n_test, n_seeds=2)
+    assert study.learned_and_judged(acc2)[1] == ["reversal"]
+
+
+def test_size_dependence_says_whether_a_verdict_moves_with_the_model():
+    keys = [(c, r) for c, r in claims.TRAINED_CLAIMS]
+    small = pd.DataFrame([dict(claim=c, reading=r, task="reversal", verdict="fails")
+                          for c, r in keys])
+    big = small.assign(verdict=["fails", "holds", "fails", "fails", "fails"])
+    out = study.size_dependence({"4 x 96": small, "6 x 384": big}, ["reversal", "addition"])
+    assert len(out) == 2 * len(keys)
+    rev = out[out.task == "reversal"].set_index("reading")["depends on size"]
+    assert rev.iloc[0] == "no: fails at every size"
+    assert rev.iloc[1] == "yes: fails at 4 x 96, holds at 6 x 384"
+    add = out[out.task == "addition"]["depends on size"]
+    assert add.str.startswith("cannot say yet: 4 x 96, 6 x 384 not judged").all()
+    untrained = study.size_dependence({"4 x 96": small, "6 x 384": None}, ["reversal"])
+    assert (untrained["6 x 384"] == "not judged").all()
+    with pytest.raises(ValueError, match="two models"):
+        study.size_dependence({"4 x 96": small}, ["reversal"])
