@@ -1,15 +1,22 @@
 """Tests of the scorecard's assembly (nopelib.scorecard): the chapters' defaults it judges,
-a row's verdict and measurement from claim tables, untested rows, and the HTML table. The
-whole page runs in the book build and under nbval."""
+one row per reading with its own verdict, the model each row names and whether it lies in
+the paper's grid, untested rows, the order of the trained profiles, and the HTML list of
+verdicts. The whole page runs in the book build and under nbval."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 import pytest
 
 from nopelib import claims, scorecard
+from nopelib.model import GPTConfig
+from nopelib.profiles import PROFILES
+
+SPEC = scorecard.SPECS["1: layer 1 jumps to 0.8-1.0"]
+BASE = scorecard._model(GPTConfig())
 
 
 def test_chapter_defaults_are_the_parameters_cells():
@@ -21,12 +28,73 @@ def test_chapter_defaults_are_the_parameters_cells():
     exec(source, {}, names)
     assert p == names and isinstance(p["n_seeds"], int)
     assert scorecard.chapter_defaults("probes")["model_seeds"] == list(range(10))
+    # the scorecard chapter's own parameters are the ones its check cell knows
+    assert set(scorecard.chapter_defaults("scorecard")) == set(scorecard.CHAPTER_PARAMS)
     with pytest.raises(FileNotFoundError):
         scorecard.chapter_defaults("no_such_chapter")
 
 
-def _table(verdicts: list[str], means: list[float]) -> pd.DataFrame:
-    return pd.DataFrame(dict(claim="1: layer 1 jumps to 0.8-1.0", reading="layer 1",
+# ---------------------------------------------------------------------------------------------
+# the model of a row
+
+
+def test_model_labels_name_layers_width_and_the_token_embeddings_sigma():
+    assert scorecard.model_label(GPTConfig()) == "6 layers × 384 wide, token-embedding σ 0.02"
+    assert (scorecard.model_label(PROFILES["study"].model)
+            == "4 layers × 96 wide, token-embedding σ 0.002")
+    every = GPTConfig(init_target="all", init_std=0.2)
+    assert scorecard.model_label(every) == "6 layers × 384 wide, σ 0.2 on every weight"
+    assert (scorecard.model_label(GPTConfig(init_mean=4.0))
+            == "6 layers × 384 wide, token-embedding mean 4, σ 0.02")
+    assert scorecard.model_label(GPTConfig(causal=False)).endswith(", bidirectional")
+    assert "learned position encoding" in scorecard.model_label(
+        GPTConfig(pos_encoding="learned"))
+    # several configurations: each field's range
+    grid = [GPTConfig(n_layer=L, n_embd=W) for L in (6, 12, 24) for W in (192, 384, 768)]
+    assert (scorecard.model_label(grid)
+            == "6–24 layers × 192–768 wide, token-embedding σ 0.02")
+    sigmas = [GPTConfig(init_mean=m, init_std=s) for m in (0.0, 8.0) for s in (0.002, 0.02)]
+    assert (scorecard.model_label(sigmas)
+            == "6 layers × 384 wide, token-embedding mean 0–8, σ 0.002–0.02")
+    with pytest.raises(ValueError, match="mix init targets"):
+        scorecard.model_label([GPTConfig(), every])
+    with pytest.raises(ValueError, match="no configuration"):
+        scorecard.model_label([])
+
+
+def test_the_paper_grid_is_6_to_24_layers_by_192_to_768_wide_nope_and_causal():
+    inside = [GPTConfig(), GPTConfig(n_layer=24, n_embd=768), GPTConfig(n_layer=6, n_embd=192),
+              GPTConfig(init_std=0.2, init_target="all")]  # the init is not the grid's
+    outside = [PROFILES["study"].model, GPTConfig(n_layer=5), GPTConfig(n_layer=25),
+               GPTConfig(n_embd=186), GPTConfig(n_embd=774), GPTConfig(causal=False),
+               GPTConfig(pos_encoding="learned")]
+    assert [scorecard.in_paper_grid(c) for c in inside] == [True] * len(inside)
+    assert [scorecard.in_paper_grid(c) for c in outside] == [False] * len(outside)
+    assert scorecard.in_paper_grid(PROFILES["paper_study"].model)
+    assert scorecard.grid_status([True, True]) == "inside the paper's grid"
+    assert scorecard.grid_status([False]) == "outside the paper's grid"
+    assert scorecard.grid_status([True, False]) == "partly inside the paper's grid"
+    with pytest.raises(ValueError):
+        scorecard.grid_status([])
+
+
+def test_the_long_study_models_count_a_sliding_window_as_outside_the_grid():
+    runs = [dict(n_embd=w, window=win) for w, win in ((192, None), (768, None), (384, 64))]
+    models = scorecard._long_models(runs, GPTConfig())
+    assert models["global"] == ("6 layers × 192–768 wide, token-embedding σ 0.02, global "
+                                "attention", scorecard.INSIDE)
+    assert models["window"] == ("6 layers × 384 wide, token-embedding σ 0.02, sliding window "
+                                "64", scorecard.OUTSIDE)
+    assert models["all"][1] == scorecard.PARTLY and "sliding window 64" in models["all"][0]
+
+
+# ---------------------------------------------------------------------------------------------
+# rows
+
+
+def _table(verdicts: list[str], means: list[float], reading: str = "layer 1 at least 0.8",
+           claim: str = SPEC[0]) -> pd.DataFrame:
+    return pd.DataFrame(dict(claim=claim, reading=reading,
                              group=[f"g{i}" for i in range(len(verdicts))], verdict=verdicts,
                              mean=means, lo=[m - 0.05 for m in means],
                              hi=[m + 0.05 for m in means], bound=0.8, above=True, n=5,
@@ -35,21 +103,127 @@ def _table(verdicts: list[str], means: list[float]) -> pd.DataFrame:
 
 
 def test_a_row_reads_its_groups_and_names_the_weakest():
-    row = scorecard._row("1: layer 1 jumps to 0.8-1.0", "paper", "random_init", "x",
+    row = scorecard._row(SPEC, "layer 1 at least 0.8", BASE,
                          _table(["holds", "fails"], [0.95, 0.6]), "group", "live")
-    assert row["verdict"] == "partly"
+    assert row["verdict"] == "partly" and row["reading"] == "layer 1 at least 0.8"
+    assert row["model"] == "6 layers × 384 wide, token-embedding σ 0.02"
+    assert row["grid"] == scorecard.INSIDE
     assert "g1, layer 1, 0.600 [0.550, 0.650]" in row["measured"]
     assert "5 seeds" in row["evidence"] and "Bonferroni over 4 tests" in row["evidence"]
-    assert row["section"] == '<a href="random_init.html#x">random init</a>'
+    assert row["section"] == ('<a href="random_init.html#the-adjacency-score-per-layer">'
+                              "random init</a>")
     assert list(row["groups"].columns) == list(scorecard.GROUP_COLUMNS)
-    held = scorecard._row("c", "p", "random_init", "x", _table(["holds"] * 3, [0.9] * 3),
-                          "group", "live")
+    held = scorecard._row(SPEC, "layer 1 at least 0.8", BASE,
+                          _table(["holds"] * 3, [0.9] * 3), "group", "live")
     assert held["verdict"] == "replicates"
+    undecided = scorecard._row(SPEC, "layer 1 at least 0.8", BASE,
+                               _table(["holds", "cannot tell"], [0.9, 0.8]), "group", "live")
+    assert undecided["verdict"] == "cannot tell"
     probe = _table(["holds"], [0.9]).assign(group="random init, layer 2")
-    named = scorecard._row("c", "p", "probes", "z", probe, "group", "live")["measured"]
+    named = scorecard._row(SPEC, "layer 1 at least 0.8", BASE, probe, "group",
+                           "live")["measured"]
     assert "random init, layer 2, 0.900" in named and named.count("layer") == 1
-    empty = scorecard._row("c", "p", "trained", "y", None, "task", "committed", "no study")
+    empty = scorecard._row(SPEC, "r", BASE, None, "task", "committed", "no study")
     assert empty["verdict"] == "untested" and empty["measured"] == "no study"
+    assert empty["groups"] is None
+
+
+def test_a_row_is_one_reading_never_two_anded():
+    both = pd.concat([_table(["fails"], [0.6], "a"), _table(["holds"], [0.9], "b")])
+    with pytest.raises(ValueError, match="a row is one reading"):
+        scorecard._row(SPEC, "a", BASE, both, "group", "live")
+
+
+WEAKEN = "4: later layers weaken it"
+READINGS = {reading: n for n, (claim, reading) in enumerate(claims.TRAINED_CLAIMS)}
+
+
+def _fake_study(monkeypatch, verdicts: dict[str, list[str]], studied=("paper_study", "study")):
+    """A committed study of the profiles in ``studied`` judged on addition and reversal,
+    whose claim table gives each reading of claims.TRAINED_CLAIMS the per-task verdicts in
+    ``verdicts`` (default: holds on both)."""
+    tasks = ["addition", "reversal"]
+    rows = [dict(claim=claim, reading=reading, task=task, verdict=v, tests=1, n=5,
+                 weakest_layer=4, mean=0.1, lo=0.05 if v == "holds" else -0.2,
+                 hi=0.2 if v != "fails" else -0.05, bound=0.0, above=True, m=8,
+                 holds_level=0.95, fails_level=1 - 0.05 / 8)
+            for claim, reading in claims.TRAINED_CLAIMS
+            for task, v in zip(tasks, verdicts.get(reading, ["holds", "holds"]))]
+    table = pd.DataFrame(rows)
+    monkeypatch.setattr(scorecard.study, "load_study", lambda profile, t: (
+        ({t_: {"runs": []} for t_ in tasks}, []) if profile in studied else ({}, list(t))))
+    monkeypatch.setattr(scorecard.study, "stale_tasks", lambda profile, t: [])
+    monkeypatch.setattr(scorecard.study, "study_table", lambda docs: None)
+    monkeypatch.setattr(scorecard.study, "study_accuracy", lambda table, n: None)
+    monkeypatch.setattr(scorecard.study, "learned_and_judged", lambda acc: (tasks, tasks))
+    monkeypatch.setattr(scorecard.study, "trained_verdicts", lambda docs, acc: (None, table))
+    return tasks
+
+
+def test_each_reading_of_a_claim_is_its_own_row_with_its_own_verdict(monkeypatch):
+    below_layer_1, below_init = (r for c, r in claims.TRAINED_CLAIMS if c == WEAKEN)
+    tasks = _fake_study(monkeypatch, {below_layer_1: ["fails", "fails"],
+                                      below_init: ["holds", "holds"]})
+    rows, info = scorecard.trained_rows("study", tasks)
+    assert [(r["claim"], r["reading"]) for r in rows] == list(claims.TRAINED_CLAIMS)
+    weaken = {r["reading"]: r["verdict"] for r in rows if r["claim"] == WEAKEN}
+    assert weaken == {below_layer_1: "fails", below_init: "replicates"}
+    assert info["judged"] == tasks
+    # the groups behind each row are that reading's only, named with the profile
+    groups = next(r["groups"] for r in rows if r["reading"] == below_init)
+    assert set(groups.reading) == {below_init}
+    assert list(groups.group) == ["addition (study)", "reversal (study)"]
+
+
+def test_trained_rows_name_the_profiles_model_and_its_place_in_the_grid(monkeypatch):
+    tasks = _fake_study(monkeypatch, {}, studied=("study",))
+    small, _ = scorecard.trained_rows("study", tasks)
+    assert {r["model"] for r in small} == {
+        "4 layers × 96 wide, token-embedding σ 0.002, trained (study profile)"}
+    assert {r["grid"] for r in small} == {scorecard.OUTSIDE}
+    paper, info = scorecard.trained_rows("paper_study", tasks)
+    assert len(paper) == len(claims.TRAINED_CLAIMS)
+    assert {(r["verdict"], r["measured"], r["grid"]) for r in paper} == {
+        ("untested", scorecard.NOT_TRAINED, scorecard.INSIDE)}
+    assert paper[0]["model"].startswith("6 layers × 384 wide, token-embedding σ 0.02")
+    assert info["judged"] == [] and info["note"] == scorecard.NOT_TRAINED
+
+
+def test_the_scorecard_puts_the_paper_models_rows_first_and_refs_each_reading(monkeypatch):
+    tasks = _fake_study(monkeypatch, {}, studied=("study",))
+    monkeypatch.setattr(scorecard, "chapter_defaults", lambda chapter: {"tasks": tasks})
+    monkeypatch.setattr(scorecard, "init_evidence", lambda p: {})
+    monkeypatch.setattr(scorecard, "init_rows", lambda ev, p: [])
+    monkeypatch.setattr(scorecard, "beyond_rows", lambda ev, p: [])
+    monkeypatch.setattr(scorecard, "long_rows", lambda: [])
+    monkeypatch.setattr(scorecard, "probe_rows", lambda pp, studies: [
+        scorecard._row(scorecard.SPECS["5: trained"], scorecard.PROBE_READING, s["model"],
+                       None, "group", "e", s["note"] or "stub") for s in studies])
+    card, groups = scorecard.scorecard(("paper_study", "study", "paper_study"))
+    assert list(card.columns) == list(scorecard.COLUMNS)
+    after = card[card.claim == "2: the pattern holds after training"]
+    assert list(after.verdict) == ["untested", "untested", "replicates", "replicates"]
+    assert list(after.grid) == [scorecard.INSIDE] * 2 + [scorecard.OUTSIDE] * 2
+    assert list(after.ref) == ["2a", "2b", "2a", "2b"]  # a reading's ref, whatever model
+    assert list(card[card.claim == "5: trained"].grid) == [scorecard.INSIDE, scorecard.OUTSIDE]
+    assert list(card.ref)[-1] == "6" and card.verdict.iloc[-1] == "untested"
+    assert set(groups.claim) == {"2a: the pattern holds after training",
+                                 "2b: the pattern holds after training",
+                                 "4a: the first layers keep it", "4b: later layers weaken it",
+                                 "4c: later layers weaken it"}
+    with pytest.raises(ValueError, match="profiles"):
+        scorecard.scorecard(("no_such_profile",))
+
+
+def test_refs_letter_the_readings_that_share_a_number():
+    rows = [dict(claim="1: a", reading="x"), dict(claim="2: b", reading="y"),
+            dict(claim="2: b", reading="z"), dict(claim="2: b", reading="y"),
+            dict(claim="2: c", reading="y"), dict(claim="beyond: d", reading="w"),
+            dict(claim="beyond: e", reading="w")]
+    assert scorecard._refs(rows) == {("1: a", "x"): "1", ("2: b", "y"): "2a",
+                                     ("2: b", "z"): "2b", ("2: c", "y"): "2c",
+                                     ("beyond: d", "w"): "beyond a",
+                                     ("beyond: e", "w"): "beyond b"}
 
 
 def test_the_rows_name_the_claims_of_the_rules():
@@ -59,13 +233,62 @@ def test_the_rows_name_the_claims_of_the_rules():
     assert {c.split(":")[0] for c, *_ in scorecard.PAPER_ROWS} == {str(n) for n in range(1, 7)}
 
 
-def test_the_html_table_escapes_all_but_the_link():
-    row = dict(claim="3: <b>", paper="σ <= 0.02", measured="a < b", verdict="cannot tell",
-               evidence="e & f", section='<a href="random_init.html#x">random init</a>')
-    html = scorecard.to_html(pd.DataFrame([row]))
-    assert "3: &lt;b&gt;" in html and "a &lt; b" in html and "e &amp; f" in html
-    assert '<a href="random_init.html#x">' in html and 'class="verdict-cannot-tell"' in html
-    assert html.count("<td>") == len(scorecard.COLUMNS)
+def test_long_rows_are_untested_without_the_committed_study(monkeypatch):
+    monkeypatch.setattr(scorecard.results, "load_all", lambda kind: {})
+    rows = scorecard.long_rows()
+    assert [(r["claim"], r["reading"]) for r in rows] == list(claims.LONG_CLAIMS)
+    assert all(r["verdict"] == "untested" and "long_sequences.html#" in r["section"]
+               and r["model"] for r in rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# the page
+
+
+def _card(verdicts: list[str]) -> pd.DataFrame:
+    rows = [dict(ref=f"{i + 1}", claim=f"{i + 1}: claim <{i}>", reading="r & s",
+                 model="4 layers × 96 wide", grid=scorecard.OUTSIDE, paper="σ <= 0.02",
+                 measured="a < b", verdict=v, evidence="e & f",
+                 section='<a href="random_init.html#x">random init</a>')
+            for i, v in enumerate(verdicts)]
+    rows.append(dict(rows[0], ref="beyond", claim="beyond: <i>x</i>", grid=scorecard.INSIDE))
+    return pd.DataFrame(rows, columns=list(scorecard.COLUMNS))
+
+
+def test_the_html_is_a_badge_and_a_folded_details_per_row():
+    card = _card(list(scorecard.VERDICTS))
+    html = scorecard.to_html(card)
+    assert html.count('<span class="sc-badge">') == len(card)
+    assert html.count("<details ") == html.count("</details>") == len(card)
+    assert html.count("<summary>") == len(card)
+    classes = re.findall(r'<details class="sc-row (sc-[a-z-]+)">', html)
+    assert classes == ["sc-replicates", "sc-partly", "sc-fails", "sc-cannot-tell",
+                       "sc-untested", "sc-replicates"]
+    badges = re.findall(r'<span class="sc-badge">([^<]*)</span>', html)
+    assert badges == list(card.verdict)
+    # each verdict has its colour in the page's own CSS, no stylesheet to fetch
+    for cls in set(classes):
+        assert re.search(rf"\.{cls} \{{ --sc-colour: #[0-9a-f]{{6}}; \}}", html), cls
+    assert "http" not in html.split("</style>")[0]
+    # the model and its grid words in the summary; measured, evidence and link folded
+    summary = html.split("<summary>")[1].split("</summary>")[0]
+    assert "4 layers × 96 wide" in summary and "sc-grid-outside" in summary
+    assert "outside the paper&#x27;s grid" in summary and "a &lt; b" not in summary
+    body = html.split("</summary>")[1].split("</details>")[0]
+    assert "a &lt; b" in body and "e &amp; f" in body and '<a href="random_init.html#x">' in body
+    assert html.index("The paper&#x27;s results") < html.index("Beyond the paper")
+    assert html.count('class="sc-part"') == 2
+
+
+def test_the_html_escapes_every_text_but_the_link():
+    html = scorecard.to_html(_card(["fails"]))
+    assert "claim &lt;0&gt;" in html and "&lt;i&gt;x&lt;/i&gt;" in html
+    assert "r &amp; s" in html and "σ &lt;= 0.02" in html
+    assert "<i>" not in html and "<0>" not in html
+    with pytest.raises(ValueError, match="not one of"):
+        scorecard.to_html(_card(["holds"]))  # a test's word, not the scorecard's
+    with pytest.raises(ValueError, match="lacks columns"):
+        scorecard.to_html(_card(["fails"]).drop(columns="grid"))
 
 
 def test_the_margins_figure_puts_the_claims_side_to_the_right():
@@ -92,11 +315,3 @@ def test_the_provenance_box_names_what_the_page_depends_on():
     assert {"commit", "built", "torch", "numpy", "CPU kernels", "GPU"} <= set(fields)
     html = viz.provenance_box({**fields, "note": "<b>"})
     assert html.startswith("<details") and "&lt;b&gt;" in html and "seeds" in html
-
-
-def test_long_rows_are_untested_without_the_committed_study(monkeypatch):
-    monkeypatch.setattr(scorecard.results, "load_all", lambda kind: {})
-    rows = scorecard.long_rows()
-    assert [r["claim"] for r in rows] == [c for c, _ in claims.LONG_CLAIMS]
-    assert all(r["verdict"] == "untested" and "long_sequences.html#" in r["section"]
-               for r in rows)
