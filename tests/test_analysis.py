@@ -13,7 +13,8 @@ from nopelib.analysis import (LEARNED_AT, band_region, config_scores, is_learned
                               layer_mean_std, length_scores,
                               lift_over_layer0, long_sequence, mean_std_table,
                               paired_difference, permutation_gap, random_model,
-                              reading_means, rise_to_last_layer, sample_inputs, seed_series,
+                              pairwise_differences, per_seed, reading_means,
+                              rise_to_last_layer, sample_inputs, seed_margins, seed_series,
                               similarity_matrices, slider_frames, task_scores)
 from nopelib.metrics import adjacency_score, cosine_similarity_matrix
 from nopelib.model import GPTConfig
@@ -237,3 +238,79 @@ def test_rise_to_last_layer() -> None:
     rise = rise_to_last_layer(grid, [1, 2], [6, 12])
     assert rise.name == "last layer minus layer 1" and list(rise.index)[0] == (1, 6)
     np.testing.assert_allclose(rise.to_numpy(), [0.0, 0.0, 0.01, 0.01], atol=1e-12)
+
+
+def test_rise_to_last_layer_per_seed_averages_to_the_mean_rise() -> None:
+    grid = pd.DataFrame([dict(n_layer=L, n_embd=W, seed=s, layer=layer,
+                              score=0.8 + 0.01 * layer * (s + 1))
+                         for L in (1, 2) for W in (6, 12) for s in range(2)
+                         for layer in range(L + 1)])
+    rise = rise_to_last_layer(grid, [1, 2], [6, 12], per_seed=True)
+    assert rise.index.names == ["n_layer", "n_embd", "seed"] and len(rise) == 8
+    np.testing.assert_allclose(rise.loc[2, 6].to_numpy(), [0.01, 0.02])
+    mean = rise.groupby(["n_layer", "n_embd"]).mean()
+    np.testing.assert_allclose(mean.to_numpy(),
+                               rise_to_last_layer(grid, [1, 2], [6, 12]).to_numpy())
+
+
+def test_per_seed_and_reading_means_per_seed() -> None:
+    init = _init_study()
+    wide = per_seed(init, ["init_target", "init_mean", "init_std"])
+    assert list(wide.columns) == [0, 1, 2] and len(wide) == 2 * 2 * 2 * 2
+    seeds = reading_means(init, "embedding", per_seed=True)
+    assert seeds.index.names == ["init_mean", "init_std", "seed", "layer"]
+    pd.testing.assert_series_equal(
+        seeds.groupby(["init_mean", "init_std", "layer"]).mean(),
+        reading_means(init, "embedding"))
+
+
+def _per_seed_values() -> pd.DataFrame:
+    """Two groups x 3 seeds x 2 statistics with known means and sds (sd 0.01 everywhere)."""
+    index = pd.MultiIndex.from_product([["a", "b"], range(3)], names=["group", "seed"])
+    base = np.array([-0.01, 0.0, 0.01])
+    return pd.DataFrame({1: np.r_[0.9 + base, 0.805 + base],
+                         2: np.r_[0.7 + base, np.nan, 0.85, 0.86]},
+                        index=index).rename_axis(columns="layer")
+
+
+def test_seed_margins_in_units_of_the_spread_over_seeds() -> None:
+    m = seed_margins(_per_seed_values(), 0.8)  # one row per (group, layer); nan dropped
+    assert m.index.names == ["group", "layer"] and list(m.n) == [3, 3, 3, 2]
+    np.testing.assert_allclose(m["mean"], [0.9, 0.7, 0.805, 0.855])
+    np.testing.assert_allclose(m.margin, [0.1, -0.1, 0.005, 0.055], atol=1e-12)
+    np.testing.assert_allclose(m.in_sd.iloc[:3], [10, -10, 0.5], rtol=1e-9)
+    assert list(m.verdict) == ["holds", "fails", "cannot tell", "holds"]
+    below = seed_margins(_per_seed_values(), 0.8, side="below")
+    assert list(below.verdict) == ["fails", "holds", "cannot tell", "fails"]
+    within = seed_margins(_per_seed_values() - 0.8, 0.05, side="within")
+    np.testing.assert_allclose(within.margin, [-0.05, -0.05, 0.045, -0.005], atol=1e-12)
+    assert list(within.verdict) == ["fails", "fails", "holds", "cannot tell"]
+
+
+def test_seed_margins_of_one_series_one_unit_and_misuse() -> None:
+    one = seed_margins(pd.Series([0.1, 0.2, 0.3], index=pd.Index(range(3), name="seed")), 0.0)
+    assert len(one) == 1 and one.verdict.iloc[0] == "holds"
+    single = seed_margins(_per_seed_values().xs(0, level="seed", drop_level=False), 0.8)
+    assert (single.verdict == "cannot tell").all()  # no spread from one seed
+    seqs = pd.Series([0.2, 0.3, 0.25, 0.35], name="fall",
+                     index=pd.MultiIndex.from_product([range(2), range(2)],
+                                                      names=["seed", "seq"]))
+    assert seed_margins(seqs, 0.0, units=("seed", "seq")).n.iloc[0] == 4
+    with pytest.raises(ValueError, match="side"):
+        seed_margins(_per_seed_values(), 0.8, side="near")
+    with pytest.raises(ValueError, match="no index level"):
+        seed_margins(seqs, 0.0, units=("model",))
+    with pytest.raises(ValueError, match="no values"):
+        seed_margins(seqs.iloc[:0], 0.0)
+
+
+def test_pairwise_differences_per_seed() -> None:
+    init = _init_study()
+    seeds = reading_means(init, "embedding", per_seed=True)
+    pairs = pairwise_differences(seeds, "init_mean")
+    assert pairs.index.names == ["init_mean_a", "init_mean_b", "init_std", "seed", "layer"]
+    assert set(pairs.index.droplevel([2, 3, 4])) == {(0.0, 4.0)}
+    expected = seeds.xs(0.0, level="init_mean") - seeds.xs(4.0, level="init_mean")
+    np.testing.assert_allclose(pairs.loc[0.0, 4.0].to_numpy(), expected.to_numpy())
+    with pytest.raises(ValueError, match="a pair needs two"):
+        pairwise_differences(seeds.xs(0.0, level="init_mean", drop_level=False), "init_mean")
