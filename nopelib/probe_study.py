@@ -5,8 +5,11 @@ what the chapter and the trained-model study do with it: the inputs a study prob
 token sequences for a random model, a trained run's own held-out sequences, as many as give a
 fixed number of fitting tokens), one call per study (``random_study``, ``trained_study``), and
 the tables the chapter reads (``summary``, ``paired_differences``, ``metric_intervals``, and
-the verdict wording). The chapter's parameters and their rules (``CHAPTER_PARAMS``) are here
-too, so that its check cell stays short.
+the verdict wording). The planted controls of the comparison (``planted_study``: synthetic
+states with position only in the variance or only in the adjacency, ``nopelib.planted``) and
+the trained verdict on format-subtracted values (``trained_comparison``) are here too, and so
+are the chapter's parameters and their rules (``CHAPTER_PARAMS``), so that its check cell
+stays short.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from nopelib.analysis import random_model
 from nopelib.memo import memo
 from nopelib.model import GPT, GPTConfig
 from nopelib.params import SEED, Choice, Int, ListOf
+from nopelib.planted import EXPECTED, PLANTED, planted_states
 from nopelib.probe import (FEATURE_SETS, ProbeConfig, RidgeConfig, model_states, probe_layers,
                            probe_model, random_token_sequences, window_positions)
 from nopelib.profiles import PROFILES, TrainProfile, get_profile
@@ -137,6 +141,10 @@ CHAPTER_PARAMS = {
                            "token, ~6 GB at 100,000"),
     "mlp_fit_tokens": Int(min=100, max=100_000, why="the MLP probe trains by gradient "
                           "descent: ~7 s per model at 5,400, ~2 min per model at 100,000"),
+    "planted_fit_tokens": Int(min=100, max=100_000, why="the planted controls draw ~21 kB "
+                              "of states per fitting token (~2 GB at 100,000) and fit 28 "
+                              "probes per seed: ~30 s at 5,400 and 10 seeds, ~10 min at "
+                              "100,000"),
 }
 
 
@@ -184,35 +192,134 @@ def mlp_studies(model_seeds: Sequence[int], T: int, w: int, fit_tokens: int) -> 
                      ignore_index=True)
 
 
-def trained_comparison(docs: Mapping[str, Mapping], tasks: Sequence[str]) -> pd.DataFrame:
-    """The probe claim on the committed study's models of ``tasks`` (``committed_probes``),
-    the model as the unit and its probe seeds averaged first, per task and layer
-    (``claims.probe_claims``)."""
-    diffs = paired_differences(committed_probes(docs, tasks), ["task", "model_seed", "seed"])
-    return claims.probe_claims(diffs, model="model_seed", group="task")
+def planted_study(kind: str, seed: int, T: int, w: int, fit_tokens: int,
+                  config: RidgeConfig | ProbeConfig) -> pd.DataFrame:
+    """The cosine and variance probes of the chapter on planted states (``nopelib.planted``)
+    of ``kind`` and ``seed``, shaped like the base model's residual streams (its depth and
+    width, ``GPTConfig``): as many length-``T`` sequences as give each probe ``fit_tokens``
+    fitting tokens at window ``w`` (``sequences_for``), every layer, ``seed`` also seeding
+    the probe. One row per (layer, features) with columns layer, features, seed, nrmse, r
+    and planted (``kind``)."""
+    base = GPTConfig()
+    n_seq = sequences_for(fit_tokens, T, w, config)
+    states = planted_states(kind, n_seq, T, d=base.n_embd, n_layer=base.n_layer, seed=seed)
+    table = probe_layers(states, w, [seed], ("cosine", "variance"), None, config)
+    return table.assign(planted=kind)
+
+
+def planted_studies(seeds: Sequence[int], T: int, w: int, fit_tokens: int,
+                    config: RidgeConfig | ProbeConfig) -> pd.DataFrame:
+    """``planted_study`` of both planted kinds (``nopelib.planted.PLANTED``) for every seed
+    (cached, ``nopelib.memo``), one table."""
+    return pd.concat([memo(planted_study, kind, s, T, w, fit_tokens, config)
+                      for kind in PLANTED for s in seeds], ignore_index=True)
+
+
+def planted_comparison(table: pd.DataFrame) -> pd.DataFrame:
+    """``claims.probe_claims`` of each planted kind of ``planted_studies``'s table, the seed
+    as the unit; each kind is a family of its own (its layers >= 1, both metrics), as one
+    model's comparison is. Indexed by (planted, layer), with the verdict the kind must give
+    (``expected``, ``nopelib.planted.EXPECTED``)."""
+    comps = {kind: claims.probe_claims(paired_differences(group, "seed"), model="seed")
+             for kind, group in table.groupby("planted", sort=False)}
+    if not comps:
+        raise ValueError("planted_comparison: the table holds no planted rows")
+    comp = pd.concat(comps, names=["planted"])
+    return comp.assign(expected=[EXPECTED[k] for k in comp.index.get_level_values(0)])
+
+
+# per expected verdict: the bound of each metric that decides it, and the sign that makes its
+# distance from 0 positive on that verdict's side (the claim says d_nrmse < 0 and d_r > 0)
+_EXPECTED_SIDES = {"cosine": {"nrmse": ("hi", -1.0), "r": ("lo", 1.0)},
+                   "variance": {"nrmse": ("lo", 1.0), "r": ("hi", -1.0)}}
+
+
+def planted_margins(comp: pd.DataFrame) -> pd.DataFrame:
+    """How far ``planted_comparison``'s bounds lie from 0 on the side of each kind's expected
+    verdict, at its worst layer. For "cosine" the bounds are the claim's side (NRMSE hi, R
+    lo: "holds" needs both beyond 0); for "variance" the other side (NRMSE lo, R hi: "fails"
+    needs either beyond 0, and both are shown). One row per kind: expected, the layers at the
+    expected verdict out of all, and per metric the worst bound, its layer and its margin
+    (the bound's distance from 0 towards the expected side: > 0 when on that side)."""
+    rows = []
+    for kind, group in comp.groupby(level="planted", sort=False):
+        group = group.droplevel("planted")
+        expected = group["expected"].iloc[0]
+        row = dict(planted=kind, expected=expected,
+                   at_expected=f"{int((group.verdict == expected).sum())} of {len(group)}")
+        for metric, (side, sign) in _EXPECTED_SIDES[expected].items():
+            bound = group[f"d_{metric} {side}"]  # [layer]
+            margin = sign * bound
+            worst = margin.idxmin()
+            row.update({f"{metric} bound": f"d_{metric} {side}",
+                        f"{metric} worst": bound[worst], f"{metric} layer": worst,
+                        f"{metric} margin": margin[worst]})
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("planted")
+
+
+def format_subtracted(table: pd.DataFrame,
+                      unit: str | Sequence[str] = "model_seed") -> pd.DataFrame:
+    """Every layer's NRMSE and R minus the same model's layer 0, per feature set: what a
+    trained model computes beyond its task's format (layer 0 holds the token embeddings of
+    the same inputs, whose position signal is the format's). ``unit`` names the model (one
+    column or several, e.g. task and model seed); a model's other rows (its probe seeds) are
+    averaged first. One row per (layer >= 1, feature set, model): columns layer, features,
+    the unit columns, nrmse, r."""
+    keys = [unit] if isinstance(unit, str) else list(unit)
+    per_unit = table.groupby(["layer", "features", *keys])[["nrmse", "r"]].mean()
+    if 0 not in per_unit.index.get_level_values("layer"):
+        raise ValueError("format subtraction needs layer 0 rows: the format's own signal")
+    base = per_unit.xs(0, level="layer")  # [features, *unit]
+    lift = per_unit.drop(index=0, level="layer") - base  # aligned on (features, *unit)
+    if lift.isna().any().any():
+        raise ValueError("every (layer, feature set, model) needs its model's layer 0 row")
+    return lift.reset_index()
 
 
 def format_lift(table: pd.DataFrame, unit: str = "model_seed",
                 level: float = 0.95) -> pd.DataFrame:
-    """What a trained model computes beyond its task's format: every layer's NRMSE and R
-    minus the same model's layer 0 (token embeddings of the same inputs, whose position
-    signal is the format's), per feature set; a model's probe seeds are averaged first and
-    the interval is Student t over models (``unit``) at ``level``, one layer at a time (a
-    description, not a family). One row per (layer, feature set) from layer 1: columns
-    nrmse lift, nrmse lo, nrmse hi, r lift, r lo, r hi, n."""
-    per_unit = table.groupby(["layer", "features", unit])[["nrmse", "r"]].mean()
-    if 0 not in per_unit.index.get_level_values("layer"):
-        raise ValueError("format_lift needs layer 0 rows: the format's own signal")
-    base = per_unit.xs(0, level="layer")  # [features, unit]
-    lift = per_unit.drop(index=0, level="layer") - base  # aligned on (features, unit)
+    """What a trained model computes beyond its task's format (``format_subtracted``: every
+    layer's NRMSE and R minus the same model's layer 0), per feature set, with a Student t
+    interval over models (``unit``) at ``level``, one layer at a time (a description, not a
+    family). One row per (layer, feature set) from layer 1: columns nrmse lift, nrmse lo,
+    nrmse hi, r lift, r lo, r hi, n."""
+    lift = format_subtracted(table, unit)
     rows = []
-    for (layer, kind), group in lift.groupby(level=["layer", "features"]):
+    for (layer, kind), group in lift.groupby(["layer", "features"]):
         row = dict(layer=layer, features=kind, n=len(group))
         for metric in ("nrmse", "r"):
             mean, lo, hi = t_interval(group[metric].to_numpy(), level)
             row.update({f"{metric} lift": mean, f"{metric} lo": lo, f"{metric} hi": hi})
         rows.append(row)
     return pd.DataFrame(rows).set_index(["layer", "features"])
+
+
+def compare_trained(table: pd.DataFrame, subtract_format: bool = False) -> pd.DataFrame:
+    """``claims.probe_claims`` per task and layer of a trained-model probe table (columns
+    task, model_seed, seed, layer, features, nrmse, r), the model as the unit and its probe
+    seeds averaged first. Raw (default): cosine minus variance at each layer.
+    ``subtract_format``: each layer's metrics minus the same model's layer 0
+    (``format_subtracted``) before cosine is paired against variance, so that the comparison
+    reads what each feature set gained over the token embeddings, not the task's format. A
+    gain is bounded by the room layer 0 left (R is at most 1): the subtracted verdict says
+    which window gained more, the raw one which reads more at the layer. The family is the
+    same either way: layers >= 1, both metrics, every task."""
+    if subtract_format:
+        lifted = format_subtracted(table, ["task", "model_seed"])
+        diffs = paired_differences(lifted, ["task", "model_seed"])
+    else:
+        diffs = paired_differences(table, ["task", "model_seed", "seed"])
+    return claims.probe_claims(diffs, model="model_seed", group="task")
+
+
+def trained_comparison(docs: Mapping[str, Mapping], tasks: Sequence[str],
+                       subtract_format: bool = False) -> pd.DataFrame:
+    """The probe claim on the committed study's models of ``tasks`` (``committed_probes``),
+    per task and layer (``compare_trained``): on raw values (default), or with
+    ``subtract_format`` on each layer minus the same model's layer 0, the probes chapter's
+    trained verdict."""
+    return compare_trained(committed_probes(docs, tasks), subtract_format)
 
 
 def trained_study(task: str, seed: int, profile: str | TrainProfile, fit_tokens: int, w: int,

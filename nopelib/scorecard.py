@@ -343,11 +343,13 @@ def probe_rows(pp: Mapping[str, object], trained: Sequence[Mapping]) -> list[dic
             rows.append(_row(trained_spec, PROBE_READING, info["model"], None, "group",
                              f"committed study, {info['profile']} profile", info["note"]))
             continue
-        comp = trained_comparison(info["docs"], info["judged"]).reset_index().rename(
-            columns={"task": "group"})
+        # the probes chapter's trained verdict: each layer minus the same model's layer 0
+        comp = trained_comparison(info["docs"], info["judged"], subtract_format=True
+                                  ).reset_index().rename(columns={"task": "group"})
         rows.append(_tag_groups(_probe_row(
             trained_spec, info["model"], comp, f"committed study's models, {info['profile']} "
-            "profile, the model as the unit"), info["profile"]))
+            "profile, the model as the unit, format-subtracted (each layer minus the same "
+            "model's layer 0)"), info["profile"]))
     return rows
 
 

@@ -419,3 +419,127 @@ def test_mlp_studies_probe_cosine_and_variance_with_the_papers_mlp(tmp_path, mon
     table = mlp_studies([0, 1], 12, 2, 200)
     assert set(table.features) == {"cosine", "variance"} and set(table.seed) == {0, 1}
     assert not table.shuffled.any() and set(table.w) == {2}
+
+
+# --- the planted controls of the comparison ----------------------------------------------------
+
+
+def test_planted_controls_give_their_verdict_at_every_layer(tmp_path, monkeypatch):
+    """Position only in the variance reads "variance", only in the adjacency "cosine", at
+    every layer >= 1 of the base model's depth, even on a tenth of the chapter's tokens and
+    four seeds; layer 0 (noise) has no skill. A fit-size cut of the chapter's control."""
+    from nopelib.planted import PLANTED
+    from nopelib.probe_study import planted_comparison, planted_margins, planted_studies
+
+    monkeypatch.setenv("NOPELIB_CACHE_DIR", str(tmp_path))
+    config = RidgeConfig(n_random=64)
+    table = planted_studies([0, 1, 2, 3], 20, 4, 1_000, config)
+    assert set(table.planted) == set(PLANTED) and set(table.seed) == {0, 1, 2, 3}
+    assert set(table.layer) == set(range(7)) and set(table.features) == {"cosine", "variance"}
+    layer0 = table[table.layer == 0]
+    assert (layer0.nrmse >= 0.97).all(), layer0  # no skill: the chapter's chance rule
+    comp = planted_comparison(table)
+    assert list(comp.index.get_level_values("layer").unique()) == list(range(1, 7))
+    assert (comp.verdict == comp.expected).all(), comp[["verdict", "expected"]]
+    assert (comp.loc["variance"].verdict == "variance").all()
+    assert (comp.loc["adjacency"].verdict == "cosine").all()
+    margins = planted_margins(comp)
+    assert list(margins.index) == list(PLANTED)
+    assert (margins.at_expected == "6 of 6").all()
+    assert (margins[["nrmse margin", "r margin"]] > 0).all().all(), margins
+    assert margins.loc["variance", "nrmse bound"] == "d_nrmse lo"
+    assert margins.loc["adjacency", "r bound"] == "d_r lo"
+
+
+def test_planted_margins_are_the_worst_bound_on_the_expected_side():
+    from nopelib.probe_study import planted_margins
+
+    index = pd.MultiIndex.from_product([["adjacency", "variance"], [1, 2]],
+                                       names=["planted", "layer"])
+    comp = pd.DataFrame({
+        "d_nrmse lo": [-0.5, -0.6, 0.30, 0.20], "d_nrmse hi": [-0.3, -0.1, 0.4, 0.5],
+        "d_r lo": [0.2, 0.4, -0.9, -0.8], "d_r hi": [0.5, 0.6, -0.7, 0.05],
+        "verdict": ["cosine", "cosine", "variance", "variance"],
+        "expected": ["cosine", "cosine", "variance", "variance"]}, index=index)
+    m = planted_margins(comp)
+    assert m.loc["adjacency", "nrmse worst"] == -0.1 and m.loc["adjacency", "nrmse layer"] == 2
+    assert m.loc["adjacency", "nrmse margin"] == pytest.approx(0.1)
+    assert m.loc["adjacency", "r worst"] == 0.2 and m.loc["adjacency", "r layer"] == 1
+    assert m.loc["variance", "nrmse worst"] == 0.2 and m.loc["variance", "nrmse layer"] == 2
+    # the R bound of layer 2 lies on cosine's side: a negative margin (the NRMSE decides)
+    assert m.loc["variance", "r margin"] == pytest.approx(-0.05)
+    assert m.loc["variance", "at_expected"] == "2 of 2"
+
+
+# --- the trained verdict on format-subtracted values -------------------------------------------
+
+
+def _trained_rows(d_layer0: float, d_layer1: float, n_models: int = 5) -> pd.DataFrame:
+    """A probe table of two tasks: variance at R 0.5 everywhere, cosine ahead of it by
+    ``d_layer0`` at layer 0 (the format's signal) and ``d_layer1`` at layers 1 and 2, with a
+    little spread over models and probe seeds (NRMSE moves against R)."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for task in ("reversal", "indexing"):
+        for m in range(n_models):
+            for s in range(2):
+                for layer in range(3):
+                    lead = d_layer0 if layer == 0 else d_layer1
+                    for kind, r in (("variance", 0.5), ("cosine", 0.5 + lead),
+                                    ("hidden", 0.9)):
+                        r = r + rng.normal(scale=0.01)
+                        rows.append(dict(task=task, model_seed=m, seed=s, layer=layer,
+                                         features=kind, nrmse=1.0 - r, r=r))
+    return pd.DataFrame(rows)
+
+
+def test_format_subtracted_is_each_layer_minus_the_models_layer_0():
+    from nopelib.probe_study import format_subtracted
+
+    table = _trained_rows(0.3, 0.1)
+    lifted = format_subtracted(table, ["task", "model_seed"])
+    assert list(lifted.columns) == ["layer", "features", "task", "model_seed", "nrmse", "r"]
+    assert set(lifted.layer) == {1, 2} and len(lifted) == 2 * 3 * 2 * 5
+    per_model = table.groupby(["task", "model_seed", "layer", "features"])[["r"]].mean()
+    one = lifted.set_index(["task", "model_seed", "layer", "features"]).loc[
+        ("indexing", 3, 2, "cosine"), "r"]
+    assert one == pytest.approx(per_model.loc[("indexing", 3, 2, "cosine"), "r"]
+                                - per_model.loc[("indexing", 3, 0, "cosine"), "r"])
+    with pytest.raises(ValueError, match="layer 0"):
+        format_subtracted(table[table.layer > 0], ["task", "model_seed"])
+    with pytest.raises(ValueError, match="layer 0 row"):  # a model without its layer 0
+        format_subtracted(table[(table.layer > 0) | (table.model_seed > 0)],
+                          ["task", "model_seed"])
+
+
+def test_raw_and_format_subtracted_verdicts_differ_where_the_format_leads():
+    """Cosine leads variance by 0.3 in R at layer 0 (the format) and by 0.1 at layers 1-2:
+    raw, cosine wins every layer; subtracted, cosine gained 0.2 less than variance, so the
+    comparison of what the layers added reads "variance"."""
+    from nopelib.probe_study import compare_trained
+
+    table = _trained_rows(0.3, 0.1)
+    raw = compare_trained(table)
+    lifted = compare_trained(table, subtract_format=True)
+    assert raw.index.equals(lifted.index) and len(raw) == 2 * 2  # tasks x layers >= 1
+    assert (raw.verdict == "cosine").all(), raw
+    assert (lifted.verdict == "variance").all(), lifted
+    np.testing.assert_allclose(lifted.d_r, -0.2, atol=0.02)
+    assert (raw.m == lifted.m).all()  # the same family: layers >= 1, both metrics, tasks
+    # no format lead: subtracting layer 0 leaves the verdict as it was
+    same = _trained_rows(0.0, 0.1)
+    assert (compare_trained(same, subtract_format=True).verdict == "cosine").all()
+
+
+def test_trained_comparison_reads_the_committed_probes():
+    from nopelib.probe_study import compare_trained, trained_comparison
+
+    table = _trained_rows(0.3, 0.1)
+    docs = {task: {"runs": [{"seed": m, "probes": {"w": 4, "rows": [
+        row for row in group.drop(columns=["task", "model_seed"]).to_dict("records")]}}
+        for m, group in by_task.groupby("model_seed")]}
+        for task, by_task in table.groupby("task")}
+    for subtract in (False, True):
+        pd.testing.assert_frame_equal(
+            trained_comparison(docs, ["reversal", "indexing"], subtract_format=subtract),
+            compare_trained(table, subtract_format=subtract), check_like=True)
