@@ -76,11 +76,15 @@ def bench_modes(config: GPTConfig, tasks: list[str], batch_size: int,
         for task in tasks:
             steps = {name: _stepper(config, bf16, comp, task, batch_size)
                      for name, bf16, comp in modes}
-            warm = {}
-            for name, step in steps.items():  # compilation lands in the warm-up
+            warm, failed = {}, {}
+            for name, step in list(steps.items()):  # compilation lands in the warm-up
                 start = time.perf_counter()
-                step()
-                step()
+                try:  # torch.compile needs a working C++ toolchain
+                    step()
+                    step()
+                except Exception as exc:  # noqa: BLE001
+                    failed[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                    del steps[name]
                 warm[name] = time.perf_counter() - start
             samples: dict[str, list[float]] = {name: [] for name in steps}
             for _ in range(repeats):
@@ -90,12 +94,15 @@ def bench_modes(config: GPTConfig, tasks: list[str], batch_size: int,
                     samples[name].append(time.perf_counter() - start)
             ref = statistics.median(samples[modes[0][0]])
             for name, *_ in modes:
+                if name in failed:
+                    rows.append(dict(task=task, mode=name, status=f"failed: {failed[name]}"))
+                    continue
                 med = statistics.median(samples[name])
                 rows.append(dict(task=task, mode=name,
                                  seq_len=_batch(task, batch_size)[0].shape[1],
                                  step_ms=1000 * med, min_ms=1000 * min(samples[name]),
                                  max_ms=1000 * max(samples[name]), warmup_s=warm[name],
-                                 speedup=ref / med))
+                                 speedup=ref / med, status="ok"))
     finally:
         torch.set_num_threads(threads)
     return rows
@@ -163,9 +170,9 @@ def main(argv: list[str] | None = None) -> dict:
                           total_s=time.perf_counter() - start)
     for key in ("modes", "threads"):
         rows = result[key]
-        cols = list(rows[0])
+        cols = list(dict.fromkeys(c for r in rows for c in r))
         print("\n".join([" | ".join(cols)] + [" | ".join(
-            f"{r[c]:.3g}" if isinstance(r[c], float) else str(r[c]) for c in cols)
+            f"{r[c]:.3g}" if isinstance(r.get(c), float) else str(r.get(c, "")) for c in cols)
             for r in rows]) + "\n")
     if not result["meta"]["bf16_units"]:
         print("this CPU has no bf16 units: bf16 autocast was not timed (float32 only)")
