@@ -15,7 +15,7 @@ import torch.nn as nn
 
 import nopelib.cache as cache
 import nopelib.train as tr
-from nopelib import launch, profiles
+from nopelib import launch, profiles, results
 from nopelib import runs as rc
 from nopelib.model import GPT, GPTConfig
 from nopelib.analysis import random_model
@@ -393,9 +393,13 @@ def test_the_paper_study_profile_is_the_base_model_under_the_study_budget():
     paper_study, study = profiles.PROFILES["paper_study"], profiles.PROFILES["study"]
     assert paper_study.model == GPTConfig()
     assert replace(paper_study, name="study", model=study.model, n_trajectory=128,
-                   curve_dense_every=0, curve_dense_until=0) == study
+                   curve_dense_every=0, curve_dense_until=0, precision="float32") == study
     assert (paper_study.n_trajectory, paper_study.curve_dense_every,
-            paper_study.curve_dense_until) == (64, 25, 1_000)
+            paper_study.curve_dense_until, paper_study.precision) == (64, 25, 1_000,
+                                                                      "bfloat16")
+    # adopted after the precision check, which is committed with its verdict
+    check = results.load(results.RESULTS_DIR / "precision_paper_study.json")
+    assert check["provenance"]["verdict"] == "no change"
 
 
 def test_records_of_the_profiles_before_the_dense_curve_are_unchanged():
@@ -407,6 +411,7 @@ def test_records_of_the_profiles_before_the_dense_curve_are_unchanged():
                                                                      seeds=(0,))
     record = json.loads(json.dumps(profiles.PROFILES["paper_study"].record()))
     assert record["curve_dense_every"] == 25 and record["curve_dense_until"] == 1_000
+    assert record["precision"] == "bfloat16"
     assert profiles.TrainProfile.from_record(record) == replace(
         profiles.PROFILES["paper_study"], seeds=(0,))
 
