@@ -304,11 +304,13 @@ def trained_rows(profile: str, tasks: Sequence[str]) -> tuple[list[dict], dict]:
         info["note"] = note
         return [_row(SPECS[c], r, model, None, "task", f"no committed study of the "
                      f"{profile} profile", note) for c, r in claims.TRAINED_CLAIMS], info
-    acc = study.study_accuracy(study.study_table(docs), prof.n_test)
+    # a study in flight holds fewer seeds than its profile: a task is judged at all of them
+    acc = study.study_accuracy(study.study_table(docs), prof.n_test,
+                               n_seeds=len(prof.seeds))
     _, judged = study.learned_and_judged(acc)
     left = [t for t in tasks if t not in judged]
-    note = (f"; not judged: {', '.join(left)} (not in the study or not learned with "
-            "margin)") if left else ""
+    note = (f"; not judged: {', '.join(left)} (not in the study, not every seed in yet, or "
+            "not learned with margin)") if left else ""
     verdicts = study.trained_verdicts(docs, acc)[1] if judged else None
     info.update(judged=judged, note="no trained task learned with margin")
     rows = []

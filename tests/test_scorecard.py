@@ -154,7 +154,7 @@ def _fake_study(monkeypatch, verdicts: dict[str, list[str]], studied=("paper_stu
         ({t_: {"runs": []} for t_ in tasks}, []) if profile in studied else ({}, list(t))))
     monkeypatch.setattr(scorecard.study, "stale_tasks", lambda profile, t: [])
     monkeypatch.setattr(scorecard.study, "study_table", lambda docs: None)
-    monkeypatch.setattr(scorecard.study, "study_accuracy", lambda table, n: None)
+    monkeypatch.setattr(scorecard.study, "study_accuracy", lambda table, n, **kw: None)
     monkeypatch.setattr(scorecard.study, "learned_and_judged", lambda acc: (tasks, tasks))
     monkeypatch.setattr(scorecard.study, "trained_verdicts", lambda docs, acc: (None, table))
     return tasks
@@ -315,3 +315,13 @@ def test_the_provenance_box_names_what_the_page_depends_on():
     assert {"commit", "built", "torch", "numpy", "CPU kernels", "GPU"} <= set(fields)
     html = viz.provenance_box({**fields, "note": "<b>"})
     assert html.startswith("<details") and "&lt;b&gt;" in html and "seeds" in html
+
+
+def test_a_trained_study_in_flight_is_not_judged_on_the_scorecard(monkeypatch):
+    from nopelib import study
+    docs, _ = study.load_study("study", ["reversal"])
+    partial = {"reversal": {**docs["reversal"], "runs": docs["reversal"]["runs"][:2]}}
+    monkeypatch.setattr(scorecard.study, "load_study", lambda profile, tasks: (partial, []))
+    rows = scorecard.trained_rows("study", ["reversal"])[0]
+    assert rows and all(r["verdict"] == "untested" for r in rows)
+    assert "not every seed in yet" in rows[0]["measured"]
