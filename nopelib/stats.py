@@ -42,15 +42,10 @@ def student_t_quantile(q: float, df: int) -> float:
 def t_interval(values: Sequence[float], level: float) -> tuple[float, float, float]:
     """Mean of ``values`` (one per unit) and its two-sided Student t interval at ``level``;
     the interval is (nan, nan) with fewer than MIN_UNITS values."""
-    v = np.asarray(values, dtype=np.float64)
-    if v.ndim != 1 or not np.isfinite(v).all():
-        raise ValueError(f"values must be finite numbers in one dimension; got {v!r}")
     if not 0.0 < level < 1.0:
         raise ValueError(f"level={level!r} must be in (0, 1)")
-    if len(v) < MIN_UNITS:
-        return (float(v.mean()) if len(v) else float("nan")), float("nan"), float("nan")
-    half = student_t_quantile(0.5 + level / 2, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))
-    return float(v.mean()), float(v.mean() - half), float(v.mean() + half)
+    mean, half = t_half_width(values, 0.5 + level / 2)  # each side at (1 + level) / 2
+    return mean, mean - half, mean + half
 
 
 def t_half_width(values: Sequence[float], level: float) -> tuple[float, float]:
