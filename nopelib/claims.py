@@ -488,3 +488,72 @@ def resolution_agreement(res: pd.DataFrame) -> pd.Series:
     informative = np.isfinite(pred) | (np.isfinite(lo) & np.isfinite(hi))
     agrees = np.where((lo <= pred) & (pred <= hi), "agrees", "disagrees")
     return pd.Series(np.where(informative, agrees, "uninformative"), index=rows.index)
+
+
+# ---------------------------------------------------------------------------------------------
+# early dynamics: what takes the layer-1 pattern away in the first steps of training
+
+EARLY_STEPS = 1_000  # the window read: the first steps, where the collapse happens
+COLLAPSED_BELOW = 0.6  # a run's layer 1 has collapsed once a point in the window is below
+FALLS_AT = 0.7  # reported: the first step where layer 1 is below this
+CAUSE_VERDICTS = ("explains", "does not explain", "no collapse", "cannot tell")
+CAUSE_RULE = (f"per task and ablation, the seed as the unit, on layer 1's score at every "
+              f"curve point up to step {EARLY_STEPS:,}: 'explains' when on every seed the "
+              f"unablated run falls below {COLLAPSED_BELOW} and the ablated run never falls "
+              f"below {KEEPS_AT}; 'does not explain' when on every seed both fall below "
+              f"{COLLAPSED_BELOW}; 'no collapse' when no seed's unablated run falls below "
+              f"{COLLAPSED_BELOW}; otherwise, or with fewer than 3 seeds or unpaired seeds, "
+              f"'cannot tell'")
+MIN_CAUSE_SEEDS = 3  # an every-seed rule on fewer seeds says too little
+
+
+def window_min(steps: Sequence[int], scores: Sequence[float],
+               until: int = EARLY_STEPS) -> float:
+    """The lowest score at the curve points up to step ``until`` (the initialisation, step 0,
+    included when given); NaN when no point lies in the window."""
+    steps, scores = np.asarray(steps), np.asarray(scores, dtype=float)
+    if steps.shape != scores.shape:
+        raise ValueError(f"steps {steps.shape} and scores {scores.shape} differ in shape")
+    inside = scores[steps <= until]
+    return float(inside.min()) if inside.size else float("nan")
+
+
+def first_below(steps: Sequence[int], scores: Sequence[float],
+                level: float = FALLS_AT) -> int | None:
+    """The first curve step whose score is below ``level``, None if none is."""
+    below = [int(s) for s, v in zip(steps, scores, strict=True) if v < level]
+    return below[0] if below else None
+
+
+def collapse_cause(base: Mapping[int, float], ablated: Mapping[int, float]) -> str:
+    """The verdict of ``CAUSE_RULE`` for one task and ablation. ``base`` and ``ablated`` map
+    each seed to its run's ``window_min`` of layer 1 (the unablated run, and the run of the
+    same seed with the ablation). Every seed must be in both."""
+    if set(base) != set(ablated) or len(base) < MIN_CAUSE_SEEDS:
+        return "cannot tell"
+    values = [*base.values(), *ablated.values()]
+    if not all(np.isfinite(values)):
+        return "cannot tell"
+    collapsed = [base[s] < COLLAPSED_BELOW for s in base]
+    if not any(collapsed):
+        return "no collapse"
+    if not all(collapsed):
+        return "cannot tell"
+    if all(ablated[s] >= KEEPS_AT for s in base):
+        return "explains"
+    if all(ablated[s] < COLLAPSED_BELOW for s in base):
+        return "does not explain"
+    return "cannot tell"
+
+
+def largest_gap(steps: Sequence[int], predicted: Sequence[float],
+                measured: Sequence[float]) -> tuple[float, int]:
+    """The theory's agreement along training: the largest |predicted - measured| over the
+    curve points and the step where it is reached."""
+    steps = np.asarray(steps)
+    predicted, measured = (np.asarray(v, dtype=float) for v in (predicted, measured))
+    if not (steps.shape == predicted.shape == measured.shape) or not steps.size:
+        raise ValueError("largest_gap needs one predicted and one measured value per step")
+    gaps = np.abs(predicted - measured)
+    k = int(np.nanargmax(gaps))
+    return float(gaps[k]), int(steps[k])

@@ -295,3 +295,41 @@ def test_resolution_agreement_scores_informative_cells_only():
     # is said either way; a finite interval against "unresolved" is a disagreement
     assert list(claims.resolution_agreement(res)) == [
         "agrees", "uninformative", "disagrees", "uninformative", "disagrees"]
+
+
+def test_window_min_reads_only_the_first_steps():
+    steps, scores = [0, 10, 500, 1000, 1010], [0.84, 0.8, 0.7, 0.65, 0.1]
+    assert claims.window_min(steps, scores) == 0.65  # step 1,010 lies outside
+    assert claims.window_min(steps, scores, until=10) == 0.8
+    assert np.isnan(claims.window_min([2000], [0.1]))
+    with pytest.raises(ValueError, match="differ in shape"):
+        claims.window_min([0, 10], [0.5])
+
+
+def test_first_below_is_the_first_step_under_the_level():
+    assert claims.first_below([0, 10, 20, 30], [0.84, 0.75, 0.69, 0.9]) == 20
+    assert claims.first_below([0, 10], [0.84, 0.75]) is None
+
+
+@pytest.mark.parametrize("base, ablated, verdict", [
+    ({0: 0.4, 1: 0.5, 2: 0.45}, {0: 0.82, 1: 0.85, 2: 0.8}, "explains"),
+    ({0: 0.4, 1: 0.5, 2: 0.45}, {0: 0.5, 1: 0.55, 2: 0.3}, "does not explain"),
+    ({0: 0.84, 1: 0.8, 2: 0.7}, {0: 0.9, 1: 0.5, 2: 0.9}, "no collapse"),
+    # one seed kept its pattern unablated: the collapse itself is not settled
+    ({0: 0.4, 1: 0.65, 2: 0.45}, {0: 0.82, 1: 0.85, 2: 0.8}, "cannot tell"),
+    # the ablation helps, but one seed dips below KEEPS_AT: neither explains nor refutes
+    ({0: 0.4, 1: 0.5, 2: 0.45}, {0: 0.82, 1: 0.7, 2: 0.8}, "cannot tell"),
+    ({0: 0.4, 1: 0.5}, {0: 0.82, 1: 0.85}, "cannot tell"),  # two seeds are too few
+    ({0: 0.4, 1: 0.5, 2: 0.45}, {0: 0.82, 1: 0.85, 3: 0.8}, "cannot tell"),  # unpaired
+    ({0: 0.4, 1: 0.5, 2: float("nan")}, {0: 0.82, 1: 0.85, 2: 0.8}, "cannot tell"),
+])
+def test_collapse_cause_rule(base, ablated, verdict):
+    assert claims.collapse_cause(base, ablated) == verdict
+    assert verdict in claims.CAUSE_VERDICTS
+
+
+def test_largest_gap_names_its_step():
+    assert claims.largest_gap([0, 10, 20], [0.8, 0.7, 0.6], [0.8, 0.5, 0.55]) == \
+        pytest.approx((0.2, 10))
+    with pytest.raises(ValueError, match="one predicted and one measured"):
+        claims.largest_gap([0, 10], [0.8], [0.8])
