@@ -31,6 +31,8 @@ from nopelib.params import Choice, Float, Int, ListOf
 def random_model(config: GPTConfig | None = None, seed: int = 0,
                  device: str | torch.device = "cpu", **overrides) -> GPT:
     """A freshly initialised model in eval mode; ``overrides`` replace fields of ``config``."""
+    if type(seed) is not int or not 0 <= seed < 2**63:  # torch.manual_seed's range
+        raise ValueError(f"seed={seed!r} must be an integer in [0, 2**63)")
     config = replace(config or GPTConfig(), **overrides)
     torch.manual_seed(seed)
     return GPT(config).to(device).eval()

@@ -31,8 +31,9 @@ def cosine_similarity_matrix(h: torch.Tensor, eps: float = 1e-12) -> torch.Tenso
 
     C[..., i, j] = h_i . h_j / (|h_i| |h_j|); a zero row gives zero similarities.
     """
-    if h.dim() < 2:
-        raise ValueError(f"h must have shape [..., T, d]; got {tuple(h.shape)}")
+    if h.dim() < 2 or 0 in h.shape:
+        raise ValueError(f"h must have shape [..., T, d] with no empty dimension (T, d and "
+                         f"every batch size >= 1); got {tuple(h.shape)}")
     unit = h / h.norm(dim=-1, keepdim=True).clamp_min(eps)
     C = unit @ unit.transpose(-2, -1)  # [..., T, T]
     # Identical rows (a repeated token at layer 0) must give identical similarities, so the

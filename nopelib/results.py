@@ -5,9 +5,10 @@ commits a small JSON file with its provenance; the chapters draw from it. A file
 hand, or broken by a merge, must not turn into a wrong verdict (a NaN accuracy that flips
 "learned", a string printed as a number), nor fail after a chapter's 20 minutes of training
 with a bare ``KeyError``. So every file is read through ``load``: its kind comes from its name
-(``trained_*``, ``recipe_*``, ``grid_*``, ``long_*``, ``kernels_*``, ``precision_*``), it is
-checked against that kind's schema (required fields, types, ranges, finiteness, lists of one
-length) and any problem raises ResultsError naming the file and the field. The folder is
+(``trained_*``, ``recipe_*``, ``grid_*``, ``long_*``, ``kernels_*``, ``precision_*``,
+``early_*``), it is checked against that kind's schema (required fields, types, ranges,
+finiteness, lists of one length) and any problem raises ResultsError naming the file and the
+field. The folder is
 found from the package, not the working directory, so a papermill run from anywhere finds the
 committed studies. ``check_all`` reads every file; the trained chapter calls it when it
 starts, before any training. A study writes its file through ``write``, which validates it the
@@ -38,7 +39,7 @@ from nopelib.profiles import TrainProfile
 from nopelib.tasks import TASKS
 
 RESULTS_DIR = cache.PACKAGE_DIR.parent / "book" / "results"
-KINDS = ("recipe", "grid", "trained", "long", "kernels", "precision")
+KINDS = ("recipe", "grid", "trained", "long", "kernels", "precision", "early")
 MAX_BYTES = 64 * 2**20  # a committed result is kilobytes to a few megabytes
 
 
@@ -89,6 +90,9 @@ EXTRA_PROVENANCE: dict[str, dict[str, tuple[Check, str]]] = {
                 "sets": (lambda v: isinstance(v, dict) and bool(v) and all(
                     isinstance(e, dict) for e in v.values()),
                          "kernel set name -> its environment variables")},
+    "early": {"profile": (_text, "a profile name"), "window": (_int(1), "an integer >= 1"),
+              "every": (_int(1), "an integer >= 1"),
+              "training": (lambda v: isinstance(v, dict), "the profile's fields")},
     "precision": {"profile": (_text, "a profile name"), "steps": (_int(1), "an integer >= 1"),
                   "rule": (_text, "the rule's text"),
                   "verdict": (lambda v: v in ("no change", "changes"),
@@ -153,6 +157,52 @@ LONG_RUN: dict[str, tuple[Check, str]] = {
 }
 
 
+# a run of the early-dynamics study (nopelib.early_study): its first steps, no test split
+EARLY_RUN: dict[str, tuple[Check, str]] = {
+    "task": (lambda v: v in TASKS, f"one of {list(TASKS)}"),
+    "seed": (_int(0), "an integer >= 0"),
+    "frozen": (lambda v: isinstance(v, list) and all(x in ("embedding", "qk") for x in v)
+               and len(set(v)) == len(v), "a list of distinct parts: 'embedding', 'qk'"),
+    "steps": (_int(1), "an integer >= 1"),
+    "train_seconds": (_number(0.0), "a finite number >= 0"),
+    "scores_init": (_scores, "a list of >= 2 scores in [0, 1]"),
+    "measure_init": (lambda v: isinstance(v, dict) and bool(v)
+                     and all(_number()(x) for x in v.values()),
+                     "an object of finite numbers"),
+    "curve": (lambda v: isinstance(v, dict), "an object of lists, one value per curve point"),
+}
+# the curve fields every early run records, besides scores (one list per point)
+EARLY_CURVE = ("step", "accuracy", "lr", "rho", "value_common", "embedding_common", "entropy",
+               "value_axis", "embedding_axis", "score_without_mlp", "predicted")
+
+
+def _check_early(where: str, run: dict) -> None:
+    curve, layers = run["curve"], len(run["scores_init"])
+    missing = [k for k in (*EARLY_CURVE, "scores") if k not in curve]
+    if missing:
+        raise ResultsError(f"{where}.curve: {missing} missing")
+    steps = curve["step"]
+    if not (isinstance(steps, list) and steps and all(_int(1)(x) for x in steps)
+            and steps == sorted(set(steps)) and steps[-1] == run["steps"]):
+        raise ResultsError(f"{where}.curve.step: increasing positive steps ending at the "
+                           "run's steps")
+    for name in EARLY_CURVE:
+        values = curve[name]
+        if not (isinstance(values, list) and len(values) == len(steps)
+                and all(_number()(x) for x in values)):
+            raise ResultsError(f"{where}.curve.{name}: one finite number per curve step")
+    bounded = ("accuracy", "value_common", "embedding_common", "value_axis",
+               "embedding_axis", "score_without_mlp", "predicted")
+    for name in bounded:
+        if not all(0.0 <= x <= 1.0 for x in curve[name]):
+            raise ResultsError(f"{where}.curve.{name}: values in [0, 1]")
+    rows = curve["scores"]
+    if not (isinstance(rows, list) and len(rows) == len(steps)
+            and all(_scores(r) and len(r) == layers for r in rows)):
+        raise ResultsError(f"{where}.curve.scores: one list of {layers} scores in [0, 1] per "
+                           "curve step")
+
+
 def kind_of(path: Path) -> str:
     """The kind of a result file, from its name (``recipe_*.json`` and so on)."""
     kind = path.name.split("_", 1)[0]
@@ -186,7 +236,11 @@ def validate(doc: Any, kind: str, name: str = "result") -> dict:
         raise ResultsError(f"{name}: runs must be a non-empty list")
     for i, run in enumerate(runs):
         where = f"{name}: runs[{i}]"
-        _check_fields(where, run, LONG_RUN if kind == "long" else {**RUN, **EXTRA_RUN[kind]})
+        schema = (LONG_RUN if kind == "long" else EARLY_RUN if kind == "early"
+                  else {**RUN, **EXTRA_RUN[kind]})
+        _check_fields(where, run, schema)
+        if kind == "early":
+            _check_early(where, run)
         if kind == "recipe":
             curve = run["curve"]
             steps, acc = curve.get("step"), curve.get("accuracy")
@@ -202,7 +256,7 @@ def validate(doc: Any, kind: str, name: str = "result") -> dict:
         if kind == "kernels" and run["set"] not in doc["provenance"]["sets"]:
             raise ResultsError(f"{where}.set = {run['set']!r}: must be one of "
                                f"{sorted(doc['provenance']['sets'])}")
-    if kind in ("recipe", "trained"):  # the recorded profile must rebuild
+    if kind in ("recipe", "trained", "early"):  # the recorded profile must rebuild
         try:
             TrainProfile.from_record(doc["provenance"]["training"])
         except (TypeError, ValueError) as exc:

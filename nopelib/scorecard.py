@@ -531,6 +531,17 @@ def scorecard(profiles: str | Sequence[str] = TRAINED_PROFILES
     return pd.DataFrame(rows, columns=list(COLUMNS)), groups
 
 
+def summary(card: pd.DataFrame) -> dict[str, int]:
+    """The scorecard's counts: rows for the paper's results by verdict (``n_<verdict>``, spaces
+    as underscores), all of them (``n_paper_rows``), its claims, those judged on a model outside
+    the paper's grid, and the rows beyond the paper."""
+    paper = card[~card.claim.str.startswith("beyond")]
+    counts = {f"n_{v.replace(' ', '_')}": int((paper.verdict == v).sum()) for v in VERDICTS}
+    return {**counts, "n_paper_rows": len(paper), "n_claims": int(paper.claim.nunique()),
+            "n_outside": int((paper.grid == OUTSIDE).sum()),
+            "n_beyond_rows": len(card) - len(paper)}
+
+
 # ---------------------------------------------------------------------------------------------
 # the page
 

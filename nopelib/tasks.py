@@ -195,6 +195,11 @@ class Split:
     val: list[tuple[str, str]] = field(default_factory=list)
 
 
+# the most examples one split or sample holds: 50 times the paper's 20,000 + 20,000, and a
+# bound on memory (the distinct inputs are kept in a dict while they are drawn)
+MAX_EXAMPLES = 2_000_000
+
+
 def make_split(task: str, seed: int = 0, n_train: int = 20_000, n_test: int = 20_000,
                n_val: int = 0) -> Split:
     """``n_train`` + ``n_test`` (+ ``n_val``) distinct examples of ``task``, identical for
@@ -206,8 +211,11 @@ def make_split(task: str, seed: int = 0, n_train: int = 20_000, n_test: int = 20
     """
     t = get_task(task)
     for name, n in (("n_train", n_train), ("n_test", n_test), ("n_val", n_val)):
-        if type(n) is not int or n < 0:
-            raise ValueError(f"{name}={n!r} must be an integer >= 0")
+        if type(n) is not int or not 0 <= n <= MAX_EXAMPLES:
+            raise ValueError(f"{name}={n!r} must be an integer in [0, {MAX_EXAMPLES:,}]")
+    if n_train + n_test + n_val > MAX_EXAMPLES:
+        raise ValueError(f"n_train + n_test + n_val = {n_train + n_test + n_val:,} must be at "
+                         f"most {MAX_EXAMPLES:,}")
     rng = random.Random(f"{task}-{seed}")
     seen: dict[str, str] = {}
     need = n_train + n_test + n_val
@@ -270,6 +278,8 @@ def encode_inputs(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
 
 def sample_inputs(task: str, n: int, seed: int = 0) -> list[str]:
     """``n`` task inputs (without answers), reproducible for the seed."""
+    if type(n) is not int or not 0 <= n <= MAX_EXAMPLES:
+        raise ValueError(f"n={n!r} must be an integer in [0, {MAX_EXAMPLES:,}]")
     rng = random.Random(f"inputs-{task}-{seed}")
     t = get_task(task)
     return [t.sample(rng)[0] for _ in range(n)]

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from nopelib.ablation import Frozen, check_parts
 from nopelib.checkpoint import RunCheckpoints
 from nopelib.metrics import layer_scores
 from nopelib.model import GPT
@@ -323,7 +324,8 @@ def fit(profile: TrainProfile, seeds: Sequence[int], lengths: np.ndarray, step: 
         rows = run.draw(B)  # [S, B]
         T = int(np.take_along_axis(lengths, rows, axis=1).max()) - 1  # positions that predict
         run.tokens += S * B * T
-        step_losses = step(rows, T, profile.lr_at(run.i, run.decay_from, run.end))  # [S]
+        lr = profile.lr_at(run.i, run.decay_from, run.end)
+        step_losses = step(rows, T, lr)  # [S]
         run.loss_sum += step_losses
         run.i += 1
         i = run.i
@@ -340,6 +342,7 @@ def fit(profile: TrainProfile, seeds: Sequence[int], lengths: np.ndarray, step: 
             for s, point in enumerate(points):
                 run.curves[s]["step"].append(i)
                 run.curves[s]["loss"].append(float(step_losses[s]))
+                run.curves[s]["lr"].append(lr)  # of the step just taken
                 for name, value in point.items():
                     run.curves[s][name].append(value)
             run.curve_seconds += time.perf_counter() - tic
@@ -377,12 +380,18 @@ def fit(profile: TrainProfile, seeds: Sequence[int], lengths: np.ndarray, step: 
 
 def train(
     task: str, seed: int, profile: TrainProfile, device: torch.device, progress: bool = True,
-    checkpoints: RunCheckpoints | None = None,
+    checkpoints: RunCheckpoints | None = None, frozen: Sequence[str] = (),
+    measure: Callable[[GPT], dict] | None = None,
 ) -> tuple[GPT, dict]:
     """Train one run, from scratch or, with ``checkpoints``, from its newest usable checkpoint
     (writing them as it goes); returns the model (on ``device``, eval mode) and its training
     metrics (with the profile's ``n_trajectory``: the adjacency score of every layer on fixed
-    task inputs at initialisation, ``scores_init``, and at every curve point)."""
+    task inputs at initialisation, ``scores_init``, and at every curve point).
+
+    ``frozen`` names parts held at their initial values (``nopelib.ablation.PARTS``);
+    ``measure(model)`` adds its fields to every curve point and, as ``measure_init``, to the
+    initial model (it must draw no random numbers, as the curve draws none)."""
+    frozen = check_parts(frozen)
     profile = profile.for_task(task)
     split = make_split(task, seed, n_train=profile.n_train, n_test=profile.n_test,
                        n_val=profile.n_val)
@@ -397,6 +406,9 @@ def train(
     autocast = autocast_for(device, profile.precision)
     # a resumed run's own comes back from its checkpoint (the same numbers)
     run_fields = {"scores_init": trajectory_scores(model, texts)}
+    if measure is not None:
+        run_fields["measure_init"] = measure(model)
+    held = Frozen(model, frozen) if frozen else None
     resumable = (None if checkpoints is None
                  else Checkpointing.of_model(checkpoints, model, opt, run_fields))
 
@@ -405,7 +417,10 @@ def train(
         idx, targets = idx_all[rows_t, :T], tgt_all[rows_t, :T]  # [B, T]
         for group in opt.param_groups:
             group["lr"] = lr
-        return train_step(model, opt, idx, targets, profile.grad_clip, autocast)[None]  # [1]
+        loss = train_step(model, opt, idx, targets, profile.grad_clip, autocast)
+        if held is not None:
+            held.restore()
+        return loss[None]  # [1]
 
     def curve() -> list[dict]:  # evaluate() switches to eval mode and back
         point = {"accuracy": evaluate(model, split.test[:profile.n_curve],
@@ -414,12 +429,18 @@ def train(
             point["val_accuracy"] = evaluate(model, split.val, profile.eval_batch_size)
         if texts:
             point["scores"] = trajectory_scores(model, texts)
+        if measure is not None:
+            point.update(measure(model))
         return [point]
 
     (metrics,) = fit(profile, [seed], lengths, step, curve, device, f"{task} seed {seed}",
                      progress, resumable)
     if texts:
         metrics["scores_init"] = run_fields["scores_init"]
+    if measure is not None:
+        metrics["measure_init"] = run_fields["measure_init"]
+    if frozen:
+        metrics["frozen"] = list(frozen)
     return model.eval(), metrics
 
 

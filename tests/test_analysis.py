@@ -314,3 +314,9 @@ def test_pairwise_differences_per_seed() -> None:
     np.testing.assert_allclose(pairs.loc[0.0, 4.0].to_numpy(), expected.to_numpy())
     with pytest.raises(ValueError, match="a pair needs two"):
         pairwise_differences(seeds.xs(0.0, level="init_mean", drop_level=False), "init_mean")
+
+
+@pytest.mark.parametrize("seed", [-1, 2**63, 2**70, 1.5, True])
+def test_random_model_refuses_a_seed_torch_cannot_take(seed):
+    with pytest.raises(ValueError, match=r"seed=.* must be an integer in \[0, 2\*\*63\)"):
+        random_model(seed=seed)

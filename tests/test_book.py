@@ -89,6 +89,28 @@ def test_scorecard_rows_have_a_verdict_a_model_a_working_link_and_rendered_numbe
     assert len(glued) >= 6 and all(t.strip() for t in glued), glued
 
 
+def test_the_introduction_opens_with_figure_1_and_the_scorecards_summary(open_page):
+    opened = open_page("book/intro")
+    assert opened.figures_drawn() >= 1
+    order = opened.page.evaluate(
+        """() => { const fig = document.querySelector('.plotly-graph-div');
+                   const h2 = document.querySelector('article h2');
+                   return fig.compareDocumentPosition(h2)
+                          & Node.DOCUMENT_POSITION_FOLLOWING; }""")
+    assert order, "the first figure is not above the first section"
+    panels = opened.page.evaluate(
+        """() => document.querySelector('.plotly-graph-div')
+                 .querySelectorAll('g.cartesianlayer > g.subplot').length""")
+    assert panels >= 7, f"{panels} heatmap panels: the paper's model has 7 layers (0-6)"
+    text = opened.page.evaluate("() => document.querySelector('article').innerText")
+    line = re.search(r"Of (\d+) rows for the paper's results.*?(\d+) replicate, (\d+) partly "
+                     r"replicate, (\d+) fail, for (\d+) the data cannot tell, and (\d+) are "
+                     r"not tested yet", text, re.S)
+    assert line, "no scorecard summary line with its numbers rendered"
+    total, *parts = map(int, line.groups())
+    assert sum(parts) == total, line.group(0)
+
+
 def test_every_citation_resolves_to_the_bibliography(open_page):
     entries = _anchors("bibliography.html")
     keys = re.findall(r"^@\w+\{([^,]+),", (ROOT / "book" / "references.bib").read_text(), re.M)

@@ -132,3 +132,9 @@ def test_repeated_rows_tie_exactly_whatever_the_kernels():
     x = torch.randn(3, 10, 8)
     u = x / x.norm(dim=-1, keepdim=True)
     assert torch.equal(cosine_similarity_matrix(x), u @ u.transpose(-2, -1))
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (3, 0), (2, 0, 4), (0, 3, 4)])
+def test_an_empty_input_to_the_similarity_matrix_is_a_clear_error(shape):
+    with pytest.raises(ValueError, match=r"no empty dimension.*got \(" ):
+        cosine_similarity_matrix(torch.zeros(shape))

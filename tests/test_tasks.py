@@ -18,6 +18,7 @@ from nopelib.tasks import (
     encode_inputs,
     get_task,
     make_split,
+    sample_inputs,
 )
 
 LIMITS = {"addition": 9, "reversal": 22, "indexing": 20, "ordering": 18}
@@ -106,3 +107,20 @@ def test_encode_inputs_pads_right() -> None:
     idx, lengths = encode_inputs(["1+2=", "rev(1)="])
     assert lengths.tolist() == [4, 7]
     assert (idx[0, 4:] == 0).all() and torch.equal(idx[1], torch.tensor(encode("rev(1)=")))
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(n_train=10**9), "n_train"), (dict(n_test=-1), "n_test"),
+    (dict(n_train=1_500_000, n_test=1_500_000), "n_train + n_test + n_val"),
+])
+def test_a_split_too_large_for_memory_is_refused_before_drawing(kwargs, name):
+    with pytest.raises(ValueError, match=r"must be") as err:
+        make_split("addition", **kwargs)
+    assert name in str(err.value)
+
+
+@pytest.mark.parametrize("n", [-3, 10**9, 2.0])
+def test_sample_inputs_refuses_a_count_it_cannot_honour(n):
+    with pytest.raises(ValueError, match=rf"n={n!r} must be an integer in \[0, "):
+        sample_inputs("reversal", n)
+    assert sample_inputs("reversal", 0) == []  # no trajectory inputs: none asked for

@@ -1,0 +1,92 @@
+"""Parts held at their initial values while a model trains (nopelib.ablation), and the
+curve-point measurements a run can carry (train.train's ``frozen`` and ``measure``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from nopelib import profiles
+from nopelib import train as tr
+from nopelib.ablation import PARTS, Frozen, check_parts
+from nopelib.analysis import random_model
+from nopelib.model import GPT, GPTConfig
+
+TINY = replace(
+    profiles.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
+    steps=20, batch_size=8, warmup_steps=3, n_train=96, n_test=40, n_eval=40,
+    eval_batch_size=16, log_every=5, seeds=(0,), task_budgets=(), curve_every=10, n_curve=40,
+    lr=3e-3,
+)
+CPU = torch.device("cpu")
+
+
+def _initial(seed: int) -> GPT:
+    torch.manual_seed(seed)  # the draw train() makes
+    return GPT(TINY.model)
+
+
+def test_a_frozen_part_stays_bit_for_bit_while_the_rest_trains():
+    init = _initial(3)
+    model, metrics = tr.train("reversal", 3, TINY, CPU, progress=False,
+                              frozen=["embedding", "qk"])
+    assert metrics["frozen"] == ["embedding", "qk"]
+    C = TINY.model.n_embd
+    w0, w1 = init.transformer.h[0].attn.c_attn.weight, model.transformer.h[0].attn.c_attn.weight
+    assert torch.equal(init.transformer.wte.weight, model.transformer.wte.weight)
+    assert torch.equal(w0[: 2 * C], w1[: 2 * C])  # queries and keys of block 1
+    assert not torch.equal(w0[2 * C:], w1[2 * C:])  # its values trained
+    assert not torch.equal(init.transformer.h[1].attn.c_attn.weight,
+                           model.transformer.h[1].attn.c_attn.weight)  # block 2 trained
+
+
+def test_an_unfrozen_run_moves_what_the_ablation_holds():
+    init = _initial(3)
+    model, metrics = tr.train("reversal", 3, TINY, CPU, progress=False)
+    assert "frozen" not in metrics
+    assert not torch.equal(init.transformer.wte.weight, model.transformer.wte.weight)
+
+
+def test_the_measure_rides_on_every_curve_point_and_the_learning_rate_is_recorded():
+    calls = []
+
+    def measure(model: GPT) -> dict:
+        calls.append(model.training)
+        return {"embedding_norm": float(model.transformer.wte.weight.detach().norm())}
+
+    _, metrics = tr.train("reversal", 3, TINY, CPU, progress=False, measure=measure)
+    curve = metrics["curve"]
+    assert curve["step"] == [10, 20]
+    assert len(curve["embedding_norm"]) == len(curve["step"]) == len(curve["lr"])
+    assert metrics["measure_init"]["embedding_norm"] > 0
+    assert curve["lr"] == [TINY.lr_at(9), TINY.lr_at(19)]
+    # a measure that draws no random number leaves the run as it is without it
+    _, plain = tr.train("reversal", 3, TINY, CPU, progress=False)
+    assert plain["loss_curve"] == metrics["loss_curve"]
+    assert len(calls) == 3
+
+
+@pytest.mark.parametrize("parts, match", [(["embeding"], "unknown; allowed"),
+                                          (["qk", "qk"], "names a part twice")])
+def test_bad_parts_are_refused_before_training(parts, match):
+    with pytest.raises(ValueError, match=match):
+        check_parts(parts)
+    with pytest.raises(ValueError, match=match):
+        tr.train("reversal", 3, TINY, CPU, progress=False, frozen=parts)
+
+
+def test_restore_puts_back_what_an_optimizer_step_moved():
+    model = random_model(TINY.model, seed=0).train()
+    held = Frozen(model, PARTS)
+    before = model.transformer.wte.weight.detach().clone()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.5)
+    idx = torch.randint(0, TINY.model.vocab_size, (2, 6))
+    _, loss = model(idx, idx)
+    loss.backward()
+    assert float(model.transformer.wte.weight.grad.abs().max()) == 0.0  # zeroed for clipping
+    opt.step()  # weight decay alone moves a zero-gradient matrix
+    assert not torch.equal(before, model.transformer.wte.weight)
+    held.restore()
+    assert torch.equal(before, model.transformer.wte.weight)

@@ -1,0 +1,75 @@
+"""The early-dynamics study's command (nopelib.early_study) on a tiny model: every run's
+curve carries block 1's measurements, the file validates, the cache resumes, and the
+claims' rule reads it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from nopelib import cache, claims, early_study, profiles, results
+from nopelib.model import GPTConfig
+
+TINY = replace(profiles.PROFILES["study"], model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
+               warmup_steps=5, n_train=96, n_test=200, n_eval=200, n_curve=200, n_val=40,
+               log_every=5)
+
+
+@pytest.fixture
+def tiny_study(tmp_path, monkeypatch):
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setitem(profiles.PROFILES, "study", TINY)
+    monkeypatch.setitem(early_study.WINDOWS, "study", (20, 10))
+    return tmp_path / "early_tiny.json"
+
+
+def test_the_study_writes_every_run_with_its_measurements_and_resumes_from_the_cache(
+        tiny_study, capsys):
+    argv = ["--tasks", "addition", "--seeds", "0", "1", "2", "--ablations", "none", "qk",
+            "--out", str(tiny_study)]
+    early_study.main(argv)
+    doc = results.load(tiny_study)
+    runs = doc["runs"]
+    assert [(r["frozen"], r["seed"]) for r in runs] == [
+        ([], 0), ([], 1), ([], 2), (["qk"], 0), (["qk"], 1), (["qk"], 2)]
+    for run in runs:
+        assert run["curve"]["step"] == [10, 20]
+        assert set(results.EARLY_CURVE) <= set(run["curve"])
+        assert len(run["scores_init"]) == TINY.model.n_layer + 1
+    assert doc["provenance"]["window"] == 20 and doc["provenance"]["every"] == 10
+    # the rule fixed before the study reads the file's layer-1 scores
+    lows = {tuple(r["frozen"]): {} for r in runs}
+    for r in runs:
+        layer1 = [row[1] for row in r["curve"]["scores"]]
+        lows[tuple(r["frozen"])][r["seed"]] = claims.window_min(r["curve"]["step"], layer1)
+    assert claims.collapse_cause(lows[()], lows[("qk",)]) in claims.CAUSE_VERDICTS
+    first = tiny_study.read_text()
+    early_study.main(argv)  # every run now comes from the results cache
+    again = json.loads(tiny_study.read_text())
+    assert again["runs"] == json.loads(first)["runs"]
+
+
+def test_a_file_with_a_curve_field_missing_is_refused(tiny_study):
+    early_study.main(["--tasks", "reversal", "--seeds", "0", "--ablations", "none",
+                      "--out", str(tiny_study)])
+    doc = json.loads(tiny_study.read_text())
+    del doc["runs"][0]["curve"]["rho"]
+    bad = tiny_study.with_name("early_bad.json")
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(results.ResultsError, match=r"early_bad.json: runs\[0\].curve.*rho"):
+        results.load(bad)
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--seeds", "0", "0"], "names one twice"),
+    (["--workers", "0"], "--workers"),
+    (["--out", "/nonexistent/early_x.json"], "is not a writable folder"),
+    (["--out", "/tmp/result.json"], "must be named early_"),
+])
+def test_bad_arguments_are_usage_errors_before_any_training(tiny_study, capsys, argv, match):
+    with pytest.raises(SystemExit) as exit_:
+        early_study.main(["--tasks", "addition", *argv])
+    assert exit_.value.code == 2
+    assert match in capsys.readouterr().err
