@@ -9,8 +9,10 @@ because a cache that can return a wrong answer is worse than none:
 - an entry that cannot be read, whose recorded key or checksum disagrees, or that holds
   non-finite numbers is a miss: ``quarantine`` moves it aside with one warning naming it, and
   the caller recomputes and replaces it;
-- entries are created with the permissions the umask allows (not 0700), so a group can share
-  one cache folder.
+- entries are created with the permissions the umask allows (not 0700/0600, whatever the
+  writer: safetensors, like mkstemp, writes 0600), so a group can share one cache folder;
+- before work that will write an entry, the cache is checked: a folder, writable, with room
+  for what that work will write (``check_writable``, sized by the caller).
 
 Importing this module also points numba's on-disk cache at ``<cache>/numba`` (unless
 ``NUMBA_CACHE_DIR`` is already set), so compiled kernels are never written into the package.
@@ -28,17 +30,25 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 CACHE_ENV = "NOPELIB_CACHE_DIR"
 PACKAGE_DIR = Path(__file__).resolve().parent
 STALE_SECONDS = 24 * 3600  # a .tmp-* staging entry older than this belongs to a dead writer
-MIN_FREE_BYTES = 200 * 2**20  # room a cache needs before work that will write to it starts
+# free space left over on top of what the work will write: a disk filled to its last byte
+# fails whatever else writes to it
+FREE_MARGIN_BYTES = 64 * 2**20
+# A source file modified this recently is read afresh on every call, not served from the
+# per-process cache: file times tick in jiffies, so an edit within the tick that stamped the
+# cached copy would otherwise go unseen (git's "racy" files)
+RACY_SECONDS = 2.0
 
 
 class CacheWarning(UserWarning):
-    """A cache entry was unusable and has been moved aside; it will be recomputed."""
+    """A cache entry was unusable (moved aside, recomputed), could not be read, or could not be
+    stored; the work goes on without it."""
 
 
 def resolve_cache_dir(override: str | Path | None = None) -> Path:
@@ -52,13 +62,58 @@ def resolve_cache_dir(override: str | Path | None = None) -> Path:
     return Path(base) / "nopelib"
 
 
-def source_hash(names: Iterable[str] | None = None) -> str:
-    """SHA-256 of the bytes of the named nopelib source files (every ``*.py`` when None), so
-    that editing the code that produced an entry invalidates it."""
-    paths = sorted(PACKAGE_DIR.glob("*.py")) if names is None else [PACKAGE_DIR / n for n in names]
+@dataclass(frozen=True)
+class _Source:
+    stamp: tuple[int, ...]  # (inode, size, mtime_ns, ctime_ns): any edit changes one of them
+    data: bytes
+    imports: tuple[str, ...]  # the nopelib files it imports (``import_closure``)
+
+
+_SOURCES: dict[Path, _Source] = {}  # per process: parsing a source's AST costs milliseconds
+
+
+def _source(path: Path) -> _Source | None:
+    """The bytes and nopelib imports of the source file ``path`` (None: not a file), read once
+    per process and again whenever the file's stat changes."""
+    try:
+        info = path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        return None
+    stamp = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    known = _SOURCES.get(path)
+    if known is not None and known.stamp == stamp:
+        return known
+    data = path.read_bytes()
+    imports: list[str] = []
+    for node in ast.walk(ast.parse(data)):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module == "nopelib":  # from nopelib import a, b
+                imports += [f"{alias.name}.py" for alias in node.names]
+            elif node.module.startswith("nopelib."):
+                imports.append(node.module.split(".")[1] + ".py")
+        elif isinstance(node, ast.Import):
+            imports += [a.name.split(".")[1] + ".py" for a in node.names
+                        if a.name.startswith("nopelib.")]
+    source = _Source(stamp, data, tuple(imports))
+    if time.time_ns() - max(info.st_mtime_ns, info.st_ctime_ns) > RACY_SECONDS * 1e9:
+        _SOURCES[path] = source
+    return source
+
+
+def source_hash(names: Iterable[str] | None = None, package_dir: Path | None = None) -> str:
+    """SHA-256 of the bytes of the named source files of ``package_dir`` (nopelib's when None;
+    every ``*.py`` when ``names`` is None), so that editing the code that produced an entry
+    invalidates it. Each file is read once per process and again once it is edited."""
+    folder = PACKAGE_DIR if package_dir is None else package_dir
+    paths = sorted(folder.glob("*.py")) if names is None else [folder / n for n in names]
     h = hashlib.sha256()
     for path in paths:
-        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        source = _source(path)
+        if source is None:
+            raise FileNotFoundError(f"source file {path} is missing")
+        h.update(path.name.encode() + b"\0" + source.data + b"\0")
     return h.hexdigest()
 
 
@@ -70,18 +125,11 @@ def import_closure(entry_points: Iterable[str]) -> tuple[str, ...]:
     todo = list(entry_points)
     while todo:
         name = todo.pop()
-        if name in seen or not (PACKAGE_DIR / name).is_file():
+        source = None if name in seen else _source(PACKAGE_DIR / name)
+        if source is None:
             continue
         seen.add(name)
-        for node in ast.walk(ast.parse((PACKAGE_DIR / name).read_bytes())):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                if node.module == "nopelib":  # from nopelib import a, b
-                    todo += [f"{alias.name}.py" for alias in node.names]
-                elif node.module.startswith("nopelib."):
-                    todo.append(node.module.split(".")[1] + ".py")
-            elif isinstance(node, ast.Import):
-                todo += [a.name.split(".")[1] + ".py" for a in node.names
-                         if a.name.startswith("nopelib.")]
+        todo += source.imports
     return tuple(sorted(seen))
 
 
@@ -115,10 +163,13 @@ def read_bytes(path: Path, max_bytes: int) -> bytes:
     return data
 
 
-def check_writable(root: Path, need_bytes: int = MIN_FREE_BYTES) -> None:
+def check_writable(root: Path, need_bytes: int) -> None:
     """Refuse, before any work that will write under ``root``, a cache that cannot take it: a
     path that is not a directory, one this process cannot create or write to, or a disk with
-    less than ``need_bytes`` free. The error names the path and the cache variable."""
+    less than ``need_bytes`` (what the work will write, sized by the caller) plus
+    FREE_MARGIN_BYTES free. The error names the path, the reason and the cache variable."""
+    if type(need_bytes) is not int or need_bytes < 0:
+        raise ValueError(f"need_bytes={need_bytes!r} must be a non-negative integer")
     hint = f"(set {CACHE_ENV} to a writable folder)"
     if os.path.lexists(root) and not root.is_dir():
         raise OSError(f"cache folder {root} exists and is not a directory {hint}")
@@ -130,9 +181,10 @@ def check_writable(root: Path, need_bytes: int = MIN_FREE_BYTES) -> None:
     except OSError as exc:
         raise OSError(f"cache folder {root} is not writable: {exc} {hint}") from None
     free = shutil.disk_usage(root).free
-    if free < need_bytes:
-        raise OSError(f"cache folder {root} has {free / 2**20:.0f} MiB free, less than the "
-                      f"{need_bytes / 2**20:.0f} MiB needed {hint}")
+    if free < need_bytes + FREE_MARGIN_BYTES:
+        raise OSError(f"cache folder {root} has {free / 2**20:,.0f} MiB free, less than the "
+                      f"{need_bytes / 2**20:,.0f} MiB this work will write plus a "
+                      f"{FREE_MARGIN_BYTES / 2**20:.0f} MiB margin {hint}")
 
 
 def sweep_stale(parent: Path, age_seconds: float = STALE_SECONDS) -> None:
@@ -168,9 +220,21 @@ def _umask() -> int:
     return mask
 
 
-def _share(path: Path) -> None:
+def _share(path: Path, mask: int | None = None) -> None:
     """Give ``path`` the mode a plain mkdir/open would (mkdtemp/mkstemp create 0700/0600)."""
-    os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~_umask())
+    mask = _umask() if mask is None else mask
+    os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
+
+
+def _share_tree(folder: Path) -> None:
+    """``_share`` a staged folder and everything in it, whoever wrote the files (safetensors
+    writes 0600, which another member of the group could not read)."""
+    mask = _umask()
+    _share(folder, mask)
+    for parent, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            if not os.path.islink(os.path.join(parent, name)):
+                _share(Path(parent, name), mask)
 
 
 def make_dirs(path: Path) -> Path:
@@ -205,9 +269,11 @@ def commit_dir(tmp: Path, final: Path, is_valid: Callable[[Path], bool]) -> None
     """Rename the filled folder ``tmp`` to ``final`` (the commit point).
 
     A ``final`` that exists and passes ``is_valid`` was committed by a concurrent writer of the
-    same entry: ours is dropped. One that fails it is quarantined and replaced.
+    same entry: ours is dropped. One that fails it is quarantined and replaced. Every file in
+    ``tmp`` is given the umask's permissions first.
     """
     try:
+        _share_tree(tmp)
         for _ in range(3):
             try:
                 os.replace(tmp, final)
@@ -237,7 +303,7 @@ def quarantine(path: Path, reason: str) -> None:
     except OSError as exc:
         if os.path.lexists(path):  # not moved by a concurrent reader: a read-only cache
             warnings.warn(f"cache entry {path} is unusable ({reason}) and could not be moved "
-                          f"aside ({exc}); it is ignored and recomputed", CacheWarning,
+                          f"aside ({exc}); it is ignored, as if absent", CacheWarning,
                           stacklevel=3)
         return
     warnings.warn(f"cache entry {path} is unusable ({reason}); moved to {aside.name} and "

@@ -11,8 +11,11 @@ reads, verifies and clears them, by the run cache's rules (``nopelib.cache``):
 - a checkpoint is written into a temporary folder, flushed to disk, and renamed into place, so
   a writer stopped mid-write leaves nothing that is read back;
 - the newest two are kept: one that fails a check on resume (checksums, the run key, every
-  tensor's name and shape, finite values) is moved aside with a warning and the one before it
-  is tried; with none usable the run starts from step 0;
+  tensor's name and shape, finite values, a document nested too deeply to parse) is moved
+  aside with a warning and the one before it is tried; one this process may not read
+  (permission denied: not damage) is skipped with a warning and left in place; with none
+  usable the run starts from step 0;
+- its files get the umask's permissions (``cache.commit_dir``), like every cache entry;
 - the run's folder is removed once the run is committed to the run cache.
 
 A checkpoint is written at a step boundary once ``every_seconds`` (300, or
@@ -146,7 +149,11 @@ class RunCheckpoints:
         for path in reversed(self.saved()):
             try:
                 return restore(*self._read(path, shapes))
-            except (KeyError, TypeError, ValueError) as exc:  # BadCheckpoint is a ValueError
+            except PermissionError as exc:
+                warnings.warn(f"checkpoint {path} cannot be read ({exc}); it is left in place "
+                              "and skipped", cache.CacheWarning, stacklevel=2)
+            # BadCheckpoint is a ValueError; RecursionError: a document nested too deeply
+            except (KeyError, TypeError, ValueError, RecursionError) as exc:
                 cache.quarantine(path, f"{type(exc).__name__}: {exc}")
         return None
 
@@ -157,10 +164,14 @@ class RunCheckpoints:
     def _read(self, path: Path, shapes: dict[str, tuple[int, ...]] | None
               ) -> tuple[dict[str, torch.Tensor], dict]:
         """The tensors and fields of the checkpoint in ``path``, verified; raises BadCheckpoint
-        naming the problem. ``shapes`` None: the tensors' names and shapes are not checked."""
+        naming the problem, or PermissionError for a file this process may not read.
+        ``shapes`` None: the tensors' names and shapes are not checked."""
         try:
             state = json.loads(cache.read_bytes(path / STATE, MAX_STATE_BYTES))
-        except (OSError, ValueError) as exc:
+        except PermissionError:
+            raise
+        # json.loads raises RecursionError on a document nested deeper than the stack
+        except (OSError, ValueError, RecursionError) as exc:
             raise BadCheckpoint(f"{STATE}: {type(exc).__name__}: {exc}") from None
         if not isinstance(state, dict) or state.get("key") != self.key:
             got = state.get("key") if isinstance(state, dict) else None
@@ -174,6 +185,8 @@ class RunCheckpoints:
         max_bytes = 2**36 if shapes is None else 8 * sum(map(math.prod, shapes.values())) + 2**20
         try:
             data = cache.read_bytes(path / TENSORS, max_bytes)
+        except PermissionError:
+            raise
         except OSError as exc:
             raise BadCheckpoint(f"{TENSORS}: {exc}") from None
         if hashlib.sha256(data).hexdigest() != state.get("tensors_sha256"):
@@ -194,8 +207,12 @@ class RunCheckpoints:
         return tensors, state["fields"]
 
     def _readable(self, path: Path) -> bool:
+        """Whether a checkpoint committed meanwhile at ``path`` stays in place of ours: a
+        readable one, or one this process may not read (not known to be bad)."""
         try:
             self._read(path, None)
-        except BadCheckpoint:
+        except (BadCheckpoint, RecursionError):
             return False
+        except PermissionError:
+            pass  # not known to be bad: kept
         return True

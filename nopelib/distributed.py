@@ -30,7 +30,8 @@ from tqdm import tqdm
 import nopelib
 from nopelib.model import GPT, GPTConfig
 from nopelib.profiles import TrainProfile
-from nopelib.runs import Job, commit_run, find_missing, prepare_runs_dir, run_key, train_and_score
+from nopelib.runs import (Job, commit_run, find_missing, prepare_runs_dir, run_key,
+                          run_write_bytes, train_and_score)
 
 ADDRESS_ENV = "NOPELIB_RAY_ADDRESS"
 RAY_DEVICES = ("auto", "cpu", "cuda")
@@ -162,7 +163,8 @@ def train_missing_ray(
         try:
             marked, missing = keyed(cluster_device(device))
             if missing:
-                prepare_runs_dir(root)  # the driver commits: its cache must take the runs
+                # the driver commits: its cache must take the runs
+                prepare_runs_dir(root, run_write_bytes([job.profile for job in missing]))
                 _train_on_ray(missing, cluster_device(device), root, gpu_fraction,
                               max_retries)
         finally:

@@ -38,7 +38,7 @@ from nopelib.cache import resolve_cache_dir
 from nopelib.model import GPT
 from nopelib.profiles import TrainProfile, check_seed, get_profile
 from nopelib.runs import (Job, TrainedRun, find_missing, load_run, prepare_runs_dir, run_key,
-                          train_or_load)
+                          run_write_bytes, train_or_load)
 from nopelib.tasks import MAX_SEQ_LEN, TASKS, get_task
 from nopelib.train import resolve_device
 
@@ -161,8 +161,10 @@ def train_missing(
                                   root)
     if not missing:
         return keyed
-    prepare_runs_dir(root)  # a cache that cannot take the runs fails before any training
     n_workers = min(workers or os.cpu_count() or 1, len(missing))
+    # a cache that cannot take the runs (and the checkpoints of those in flight at once)
+    # fails before any training
+    prepare_runs_dir(root, run_write_bytes([job.profile for job in missing], n_workers))
     if dev.type == "cpu":
         _warn_if_slow(missing, n_workers)
     if backend == "batched":

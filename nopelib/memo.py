@@ -26,16 +26,29 @@ list, tuple, dict, numpy arrays and scalars of bool/int/float dtype, and pandas 
 a default index whose columns are numeric, bool or all-str; anything else is a TypeError when
 the result is stored.
 
-Reading cannot hang or exhaust memory: only a regular file is opened (a symlink, FIFO or device
-at an entry's path is moved aside unread), the file and its arrays' total uncompressed size
-(from the zip directory, before anything is inflated) are bounded by ``MAX_ENTRY_BYTES``
-(2 GiB), each array's header must not claim more data than its member holds, and ``__meta__``
-is read first, so an entry recording another key is refused before any other array is
-decompressed. An entry that cannot be read, is refused, records another key or checksum, or
-holds non-finite numbers is a miss: it is moved aside with one warning
-(``nopelib.cache.quarantine``), recomputed and replaced. A result holding non-finite numbers,
-or too large to read back, is returned but not stored, with a warning. Set ``NOPELIB_MEMO=0``
-to compute every call afresh without reading or writing the cache.
+Reading cannot hang or exhaust memory, and a planted zip bomb is refused within seconds and
+with far under 2 GiB allocated: only a regular file is opened (a symlink, FIFO or device at an
+entry's path is moved aside unread); its zip directory must be at its end and list at most
+``MAX_MEMBERS`` entries (checked before zipfile reads it); the file and its arrays' total
+uncompressed size (from the zip directory, before anything is inflated) are bounded by
+``MAX_ENTRY_BYTES`` (128 MiB: zipfile inflates that in a second or two), ``__meta__`` by
+``MAX_META_BYTES``; each array's header must not claim more data than its member holds;
+arrays are inflated in chunks straight into their buffers; and ``__meta__`` is read first, so
+an entry recording another key is refused before any other array is decompressed. An entry
+that cannot be read, is refused, records another key or checksum, is nested too deeply to
+parse, or holds non-finite numbers is a miss: it is moved aside with one warning
+(``nopelib.cache.quarantine``), recomputed and replaced. One this process may not read
+(permission denied: another member's entry in a shared cache, not damage) is reported, not
+moved aside, recomputed and replaced.
+
+A cache that cannot take a new entry (not a folder, not writable, less than
+``EXPECTED_ENTRY_BYTES`` plus a margin free: ``nopelib.cache.check_writable``) is found before
+the call is computed: the call is computed and returned, not stored, with one warning naming
+the folder and the reason, as a read-only cache is used for what it holds. The same holds for
+a result holding non-finite numbers, too large or too deeply nested to read back, one larger
+than the room left (checked again with its real size before writing), and a write that fails.
+Staging files that killed writers left (``.tmp-*``, over a day old) are swept before a write.
+Set ``NOPELIB_MEMO=0`` to compute every call afresh without reading or writing the cache.
 """
 
 from __future__ import annotations
@@ -49,6 +62,7 @@ import json
 import math
 import os
 import stat
+import struct
 import sys
 import types
 import warnings
@@ -67,8 +81,18 @@ MEMO_ENV = "NOPELIB_MEMO"
 FORMAT = 2  # 2: the checksum covers the document as well as the arrays
 # The most an entry may hold, as a file and as its arrays uncompressed: far above any study's
 # result (they are kilobytes to megabytes), and a bound on what a planted file can make a
-# reader allocate.
-MAX_ENTRY_BYTES = 2 << 30
+# reader allocate and inflate (zipfile inflates about 100 MB/s on a loaded core).
+MAX_ENTRY_BYTES = 128 << 20
+MAX_META_BYTES = 16 << 20  # the JSON document: the value's structure, strings and numbers
+# Arrays in an entry (each numpy array or scalar of the result is one): zipfile builds an
+# object of about 0.5 kB for every directory entry, so a planted directory is bounded too;
+# under 65,535, so an entry never needs a zip64 directory
+MAX_MEMBERS = 50_000
+_DIRECTORY_ENTRY_BYTES = 128  # a directory entry: 46 bytes and a name ("a49999.npy"); room to spare
+# Room asked for before a study is computed: its result is kilobytes to megabytes; the real
+# size is checked again before the write
+EXPECTED_ENTRY_BYTES = 16 << 20
+_READ_CHUNK = 16 << 20  # arrays are inflated this much at a time, straight into their buffer
 _PACKAGE_DIR = cache.PACKAGE_DIR
 _NUMERIC_KINDS = "biuf"  # bool, signed and unsigned integer, float: no objects, no pickle
 # The instance layout of a plain Python class: one whose state is all in its __dict__
@@ -77,11 +101,9 @@ R = TypeVar("R")
 
 
 def package_hash() -> str:
-    """SHA-256 of the bytes of every nopelib source file."""
-    h = hashlib.sha256()
-    for path in sorted(_PACKAGE_DIR.glob("*.py")):
-        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
+    """SHA-256 of the bytes of every nopelib source file (read once per process, and again
+    once edited: ``cache.source_hash``)."""
+    return cache.source_hash(package_dir=_PACKAGE_DIR)
 
 
 def _feed(h: "hashlib._Hash", obj: Any, where: str) -> None:
@@ -324,19 +346,52 @@ def _entry_hash(doc: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> str
     h.update(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode() + b"\0")
     for name in sorted(arrays):
         arr = arrays[name]
-        h.update(f"{len(name)}:{name}:{arr.dtype.str}:{arr.shape}:{arr.nbytes};".encode() + arr.tobytes())
+        h.update(f"{len(name)}:{name}:{arr.dtype.str}:{arr.shape}:{arr.nbytes};".encode())
+        # the C-order bytes, without tobytes()'s copy of every array
+        h.update(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
     return h.hexdigest()
 
 
-def _encode(key: str, result: Any) -> tuple[bytes, bool]:
-    """The file for ``result`` under ``key`` and whether all of its numbers are finite."""
+def _encode(key: str, result: Any) -> tuple[bytes, str | None]:
+    """The file for ``result`` under ``key``, and why it must not be stored (None: it may): a
+    read would refuse it, or it holds non-finite numbers. An unstorable type raises TypeError."""
     enc = _Encoder()
-    meta = {"format": FORMAT, "key": key, "value": enc.encode(result, "result")}
-    meta["sha256"] = _entry_hash(meta, enc.arrays)
+    try:
+        meta = {"format": FORMAT, "key": key, "value": enc.encode(result, "result")}
+        meta["sha256"] = _entry_hash(meta, enc.arrays)
+        meta_bytes = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    except RecursionError:
+        return b"", "returned a value nested too deeply to store"
+    if not enc.finite:
+        return b"", "returned non-finite numbers"
+    if len(enc.arrays) + 1 > MAX_MEMBERS:
+        return b"", f"returned {len(enc.arrays):,} arrays, over the {MAX_MEMBERS:,} a read accepts"
+    if meta_bytes.nbytes > MAX_META_BYTES:
+        return b"", (f"returned a document of {meta_bytes.nbytes:,} bytes, over the "
+                     f"{MAX_META_BYTES:,} a read accepts")
     buf = io.BytesIO()
-    meta_bytes = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     np.savez(buf, __meta__=meta_bytes, **enc.arrays)
-    return buf.getvalue(), enc.finite
+    data = buf.getvalue()
+    if len(data) > MAX_ENTRY_BYTES:
+        return b"", (f"returned {len(data):,} bytes, over the {MAX_ENTRY_BYTES:,} limit a read "
+                     "accepts")
+    return data, None
+
+
+def _check_directory(f: io.BufferedIOBase, size: int) -> None:
+    """Refuse, before zipfile reads it, a zip directory that is not where memo writes it (at
+    the end, no comment, no zip64 record) or that lists more than MAX_MEMBERS entries."""
+    f.seek(max(size - 42, 0))
+    tail = f.read(42)  # a zip64 locator (20 bytes) would precede the end record (22)
+    end = tail[-22:]
+    if len(end) < 22 or end[:4] != b"PK\x05\x06" or end[20:22] != b"\0\0":
+        raise ValueError("it does not end with a zip directory record")
+    if tail[:4] == b"PK\x06\x07":
+        raise ValueError("it has a zip64 directory; memo writes none")
+    entries, directory_bytes = struct.unpack("<HI", end[10:16])
+    if entries > MAX_MEMBERS or directory_bytes > MAX_MEMBERS * _DIRECTORY_ENTRY_BYTES:
+        raise ValueError(f"its zip directory lists {entries:,} entries in {directory_bytes:,} "
+                         f"bytes, over the {MAX_MEMBERS:,} arrays allowed")
 
 
 def _members(zf: zipfile.ZipFile) -> dict[str, zipfile.ZipInfo]:
@@ -353,6 +408,9 @@ def _members(zf: zipfile.ZipFile) -> dict[str, zipfile.ZipInfo]:
     members = {n.removesuffix(".npy"): info for n, info in zip(names, infos)}
     if "__meta__" not in members:
         raise ValueError("it has no __meta__ document")
+    if members["__meta__"].file_size > MAX_META_BYTES:
+        raise ValueError(f"its __meta__ document takes {members['__meta__'].file_size:,} bytes, "
+                         f"over the {MAX_META_BYTES:,} limit")
     return members
 
 
@@ -374,8 +432,12 @@ def _load_array(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
         if nbytes > info.file_size:
             raise ValueError(f"{info.filename} declares {nbytes:,} bytes but holds {info.file_size:,}")
         data = np.empty(nbytes, dtype=np.uint8)
-        if f.readinto(data) != nbytes:
-            raise ValueError(f"{info.filename} is truncated")
+        view, filled = memoryview(data), 0
+        while filled < nbytes:  # in chunks: one readinto() would inflate a copy of it all first
+            got = f.readinto(view[filled:filled + _READ_CHUNK])
+            if not got:
+                raise ValueError(f"{info.filename} is truncated")
+            filled += got
     return data.view(dtype).reshape(shape, order="F" if fortran else "C")
 
 
@@ -392,8 +454,10 @@ def _read(path: Path, key: str) -> Any:
             raise ValueError(f"it is not a regular file ({stat.filemode(st.st_mode)})")
         if st.st_size > MAX_ENTRY_BYTES:
             raise ValueError(f"it is {st.st_size:,} bytes, over the {MAX_ENTRY_BYTES:,} limit")
+        _check_directory(f, st.st_size)
         with zipfile.ZipFile(f) as zf:
             members = _members(zf)
+            # json.loads raises RecursionError on a document nested deeper than the stack
             meta = json.loads(_load_array(zf, members.pop("__meta__")).tobytes().decode())
             recorded = (meta.get("format"), meta.get("key")) if isinstance(meta, dict) else None
             if recorded != (FORMAT, key):
@@ -407,24 +471,47 @@ def _read(path: Path, key: str) -> Any:
 
 
 def memo(fn: Callable[..., R], *args: Any, cache_dir: str | Path | None = None, **kwargs: Any) -> R:
-    """``fn(*args, **kwargs)``, from the results cache when this exact call has been computed."""
+    """``fn(*args, **kwargs)``, from the results cache when this exact call has been computed;
+    computed and stored otherwise (returned unstored, with a warning, where the cache cannot
+    take it: see the module docstring)."""
     if os.environ.get(MEMO_ENV, "1") == "0":
         return fn(*args, **kwargs)
     key = call_key(fn, args, kwargs)
-    path = cache.resolve_cache_dir(cache_dir) / "results" / f"{key}.npz"
+    results = cache.resolve_cache_dir(cache_dir) / "results"
+    path = results / f"{key}.npz"
+    name = getattr(fn, "__qualname__", fn)
     if os.path.lexists(path):
         try:
             return _read(path, key)
+        except PermissionError as exc:  # another member's entry: not damage, not moved aside
+            warnings.warn(f"cache entry {path} cannot be read ({exc}); recomputing it",
+                          cache.CacheWarning, stacklevel=2)
         except Exception as exc:  # noqa: BLE001  (whatever makes an entry unreadable, it is a miss)
             cache.quarantine(path, f"{type(exc).__name__}: {exc}")
-    result = fn(*args, **kwargs)
-    data, finite = _encode(key, result)  # before writing: an unstorable type raises here
-    unstored = ("returned non-finite numbers" if not finite else
-                f"returned {len(data):,} bytes, over the {MAX_ENTRY_BYTES:,} limit a read accepts"
-                if len(data) > MAX_ENTRY_BYTES else None)
-    if unstored:
-        warnings.warn(f"{getattr(fn, '__qualname__', fn)} {unstored}; the result is not cached",
+    unstorable = _cannot_store(results, EXPECTED_ENTRY_BYTES)  # before the work, not after it
+    if unstorable:
+        warnings.warn(f"{name}: {unstorable}; the result is computed but not cached",
                       cache.CacheWarning, stacklevel=2)
-        return result
-    cache.commit_file(path, data)
+        return fn(*args, **kwargs)
+    cache.sweep_stale(results)
+    result = fn(*args, **kwargs)
+    data, unstorable = _encode(key, result)  # before writing: an unstorable type raises here
+    unstorable = unstorable or _cannot_store(results, len(data))
+    if not unstorable:
+        try:
+            cache.commit_file(path, data)
+        except OSError as exc:  # the disk filled meanwhile, say: the result is not lost
+            unstorable = f"could not be written to {path} ({exc})"
+    if unstorable:
+        warnings.warn(f"{name}: {unstorable}; the result is not cached", cache.CacheWarning,
+                      stacklevel=2)
     return result
+
+
+def _cannot_store(results: Path, need_bytes: int) -> str | None:
+    """Why the results folder cannot take an entry of ``need_bytes``, or None."""
+    try:
+        cache.check_writable(results, need_bytes)
+    except OSError as exc:
+        return f"{exc}, or set {MEMO_ENV}=0 to turn the results cache off"
+    return None

@@ -8,10 +8,13 @@ weights (safetensors) and the metrics (JSON), written into a temporary folder an
 place: the rename is the commit point, so an interrupted run leaves nothing that a later call
 loads. The metrics record the SHA-256 of the weights file and of themselves, both checked on
 every load, and their fields are type- and range-checked; an entry that is not a regular file
-of a sane size, is unreadable, records another key or checksum, or holds non-finite weights is
-moved aside with a warning and retrained (``nopelib.cache``). A run whose loss or weights are
-not finite is never committed, and a cache that cannot take a run (not a folder, not writable,
-no room) is refused before training starts.
+of a sane size, is unreadable, records another key or checksum, is nested too deeply to
+parse, or holds non-finite weights is moved aside with a warning and retrained
+(``nopelib.cache``); one this process may not read (permission denied: another member of a
+shared cache, not damage) is reported, left in place and treated as absent. A run whose loss
+or weights are not finite is never committed, and a cache that cannot take a run (not a
+folder, not writable, less room than the run will write: ``run_write_bytes``) is refused
+before training starts.
 
 A run in training keeps checkpoints under ``<cache>/checkpoints/<key>`` (``nopelib.checkpoint``)
 until it is committed: a run that was stopped goes on from its newest one the next time it is
@@ -22,11 +25,14 @@ asked for, and its metrics say where (``resumed_at``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 import os
 import time
+import warnings
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,8 +43,8 @@ from safetensors.torch import load_model, save_model
 
 from nopelib import cache
 from nopelib.cache import resolve_cache_dir
-from nopelib.checkpoint import RunCheckpoints
-from nopelib.model import GPT
+from nopelib.checkpoint import KEEP, RunCheckpoints
+from nopelib.model import GPT, GPTConfig
 from nopelib.profiles import TrainProfile, check_seed, get_profile
 from nopelib.tasks import TASKS, get_task, make_split
 from nopelib.train import dtype_policy, evaluate, resolve_device, train
@@ -91,8 +97,14 @@ def run_key(task: str, seed: int, profile: TrainProfile, device: str | torch.dev
                "torch": torch.__version__, "numpy": np.__version__}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
+
 class _BadEntry(Exception):
     """A run cache entry that must not be used; the message says why."""
+
+
+class _Unreadable(Exception):
+    """A run cache entry this process may not read (permission denied): not known to be bad,
+    so it is neither used nor moved aside; the message says which file."""
 
 
 MAX_METRICS_BYTES = 16 * 2**20  # a metrics.json is kilobytes; anything far larger is not one
@@ -162,17 +174,25 @@ def _layer_scores(row: object) -> bool:
 
 
 def _check_entry(run_dir: Path, key: str, profile: TrainProfile) -> tuple[GPT, dict]:
-    """The committed run under ``run_dir``, verified; raises _BadEntry naming the problem."""
-    if os.path.islink(run_dir) or not run_dir.is_dir():
-        raise _BadEntry("the entry is not a directory")
-    try:
+    """The committed run under ``run_dir``, verified; raises _BadEntry naming the problem, or
+    _Unreadable naming the file this process may not read."""
+    try:  # is_dir() too raises PermissionError, in a folder this process may not search
+        if os.path.islink(run_dir) or not run_dir.is_dir():
+            raise _BadEntry("the entry is not a directory")
         metrics = json.loads(cache.read_bytes(run_dir / "metrics.json", MAX_METRICS_BYTES))
-    except (OSError, ValueError) as exc:
+    except PermissionError as exc:
+        raise _Unreadable(f"metrics.json: {exc}") from None
+    # json.loads raises RecursionError on a document nested deeper than the stack
+    except (OSError, ValueError, RecursionError) as exc:
         raise _BadEntry(f"metrics.json: {type(exc).__name__}: {exc}") from None
     if not isinstance(metrics, dict) or metrics.get("key") != key:
         got = metrics.get("key") if isinstance(metrics, dict) else None
         raise _BadEntry(f"metrics.json records key {got!r}, not {key!r}")
-    if metrics.get("metrics_sha256") != metrics_digest(metrics):
+    try:
+        metrics_sha = metrics_digest(metrics)
+    except RecursionError as exc:  # a document json.loads could just parse, dumps cannot
+        raise _BadEntry(f"metrics.json: RecursionError: {exc}") from None
+    if metrics.get("metrics_sha256") != metrics_sha:
         raise _BadEntry("metrics.json does not match its recorded SHA-256 (edited?)")
     problem = metrics_problem(metrics)
     if problem:
@@ -183,6 +203,8 @@ def _check_entry(run_dir: Path, key: str, profile: TrainProfile) -> tuple[GPT, d
     max_bytes = 4 * model.num_params() + 2**20
     try:
         digest = cache.file_sha256(weights, max_bytes)
+    except PermissionError as exc:
+        raise _Unreadable(f"model.safetensors: {exc}") from None
     except OSError as exc:
         raise _BadEntry(f"model.safetensors: {exc}") from None
     if metrics.get("weights_sha256") != digest:
@@ -197,11 +219,18 @@ def _check_entry(run_dir: Path, key: str, profile: TrainProfile) -> tuple[GPT, d
 
 
 def load_run(run_dir: Path, key: str, profile: TrainProfile) -> tuple[GPT, dict] | None:
-    """The committed run under ``run_dir``, or None: absent, or unusable and moved aside."""
+    """The committed run under ``run_dir``, or None: absent, unusable and moved aside, or not
+    readable by this process (reported, left in place)."""
     if not os.path.lexists(run_dir):
         return None
     try:
         return _check_entry(run_dir, key, profile)
+    except _Unreadable as exc:
+        warnings.warn(f"run cache entry {run_dir} cannot be read ({exc}); it is left in place "
+                      "and treated as absent (its owner can make it readable to the group, or "
+                      f"set {cache.CACHE_ENV} to a cache of your own)", cache.CacheWarning,
+                      stacklevel=2)
+        return None
     except _BadEntry as exc:
         cache.quarantine(run_dir, str(exc))
         return None
@@ -235,10 +264,46 @@ def find_missing(jobs: list[Job], root: Path) -> tuple[list[Job], list[Job]]:
     return marked, [replace(job, missing=True) for job in missing]
 
 
-def prepare_runs_dir(runs: Path) -> None:
-    """Before training into the run folder ``runs``: refuse a cache that cannot take the run
-    (``cache.check_writable``), and sweep what killed writers left there."""
-    cache.check_writable(runs)
+_HEADER_BYTES = 2**20  # a weights or checkpoint file's JSON header, at most
+_DOCUMENT_BYTES = 4 * 2**20  # a metrics.json or state.json: kilobytes, megabytes with curves
+
+
+@functools.lru_cache(maxsize=64)
+def _num_params(config: GPTConfig) -> int:
+    with torch.device("meta"):  # shapes only: no memory, no initial weights drawn
+        return GPT(config).num_params()
+
+
+def weights_bytes(profile: TrainProfile) -> int:
+    """About what a committed run of ``profile`` takes: its float32 weights (safetensors, with
+    their header) and its metrics."""
+    return 4 * _num_params(profile.model) + _HEADER_BYTES + _DOCUMENT_BYTES
+
+
+def checkpoints_bytes(profile: TrainProfile) -> int:
+    """About the most a run of ``profile`` in flight keeps under ``<cache>/checkpoints``: KEEP
+    checkpoints and the one being written, each the float32 weights, AdamW's two moments, the
+    data order (int64 per training row), a header and the state document."""
+    one = 3 * 4 * _num_params(profile.model) + 8 * profile.n_train + _HEADER_BYTES
+    return (KEEP + 1) * (one + _DOCUMENT_BYTES)
+
+
+def run_write_bytes(profiles: Sequence[TrainProfile], in_flight: int = 1) -> int:
+    """About what training one run of each of ``profiles`` writes to the cache: every run's
+    weights and metrics, and the checkpoints of the ``in_flight`` largest runs, trained at the
+    same time (a run's checkpoints are removed once it is committed)."""
+    if type(in_flight) is not int or in_flight < 1:
+        raise ValueError(f"in_flight={in_flight!r} must be a positive integer")
+    flying = sorted((checkpoints_bytes(p) for p in profiles), reverse=True)[:in_flight]
+    return sum(map(weights_bytes, profiles)) + sum(flying)
+
+
+def prepare_runs_dir(runs: Path, need_bytes: int = 0) -> None:
+    """Before training into the run folder ``runs``: refuse a cache that cannot take the runs
+    (``cache.check_writable``: ``need_bytes``, from ``run_write_bytes``, and a margin free),
+    and sweep what killed writers left there. ``need_bytes`` 0 checks the folder and the
+    margin only, for a caller whose runs each check their own size (``train_or_load``)."""
+    cache.check_writable(runs, need_bytes)
     cache.sweep_stale(runs)
 
 
@@ -264,14 +329,18 @@ def commit_run(runs: Path, key: str, model: GPT, metrics: dict, profile: TrainPr
     metrics["weights_sha256"] = cache.file_sha256(tmp / "model.safetensors")
     metrics["metrics_sha256"] = metrics_digest(metrics)
     (tmp / "metrics.json").write_text(json.dumps(metrics, indent=1))
-    cache.commit_dir(tmp, runs / key, lambda d: _valid(d, key, profile))
+    cache.commit_dir(tmp, runs / key, lambda d: _keep(d, key, profile))
 
 
-def _valid(run_dir: Path, key: str, profile: TrainProfile) -> bool:
+def _keep(run_dir: Path, key: str, profile: TrainProfile) -> bool:
+    """Whether the entry a concurrent writer committed at ``run_dir`` stays in place of ours:
+    a valid one, or one this process may not read (not known to be bad)."""
     try:
         _check_entry(run_dir, key, profile)
     except _BadEntry:
         return False
+    except _Unreadable:
+        pass  # not known to be bad: kept
     return True
 
 
@@ -337,7 +406,8 @@ def train_or_load(
         model, metrics = loaded
         return TrainedRun(model, metrics, prof, from_cache=True)
 
-    prepare_runs_dir(runs)  # a cache that cannot take the run fails now, not after training
+    # a cache that cannot take the run fails now, not after training
+    prepare_runs_dir(runs, run_write_bytes([prof]))
     checkpoints = RunCheckpoints(root / "checkpoints", key)
     model, metrics = train_and_score(task, seed, prof, dev, key, progress, checkpoints)
     commit_run(runs, key, model, metrics, prof)

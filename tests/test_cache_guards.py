@@ -15,11 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from nopelib import checkpoint as ck
 from nopelib import launch, profiles
 from nopelib import runs as rc
 from nopelib import cache
 from nopelib.cache import CacheWarning
-from nopelib.model import GPTConfig
+from nopelib.memo import memo
+from nopelib.model import GPT, GPTConfig
 
 TINY = replace(
     profiles.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=1, n_head=2, n_embd=16),
@@ -140,8 +142,8 @@ def test_an_unwritable_cache_is_refused(tmp_path, monkeypatch):
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(cache.tempfile, "mkstemp", refuse)
-    with pytest.raises(OSError, match="not writable"):
-        cache.check_writable(tmp_path / "cache")
+    with pytest.raises(OSError, match=f"cache folder {tmp_path / 'cache'} is not writable"):
+        cache.check_writable(tmp_path / "cache", 0)
 
 
 def test_a_bad_entry_that_cannot_be_moved_aside_is_reported(tmp_path, monkeypatch):
@@ -182,3 +184,117 @@ def test_seeds_out_of_range_are_refused_before_training(monkeypatch):
             launch.train_many([("addition", seed)], TINY, device="cpu", workers=1)
     with pytest.raises(ValueError, match="seeds="):
         replace(TINY, seeds=(2**40,))
+
+
+def _free(monkeypatch, free_bytes: int) -> None:
+    monkeypatch.setattr(shutil, "disk_usage",
+                        lambda p: shutil._ntuple_diskusage(10**12, 10**12 - free_bytes, free_bytes))
+
+
+def test_the_room_asked_for_is_sized_from_the_model(tmp_path, monkeypatch):
+    # 6.3 M parameters: 25 MB of weights, and three checkpoints of weights and AdamW's moments
+    big = replace(TINY, name="big", model=GPTConfig(n_layer=2, n_head=4, n_embd=512))
+    n = GPT(big.model).num_params()
+    assert rc.run_write_bytes([big]) >= 4 * n + (ck.KEEP + 1) * 12 * n
+    assert rc.run_write_bytes([TINY]) < rc.run_write_bytes([big])
+    # one run at a time: a second run adds its weights, not its checkpoints
+    assert rc.run_write_bytes([big, big]) - rc.run_write_bytes([big]) == rc.weights_bytes(big)
+    # two runs in flight keep checkpoints of both; one at a time, of the largest only
+    assert (rc.run_write_bytes([big, TINY], in_flight=2) - rc.run_write_bytes([big, TINY])
+            == rc.checkpoints_bytes(TINY))
+    with pytest.raises(ValueError, match="in_flight=0"):
+        rc.run_write_bytes([TINY], in_flight=0)
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained although the cache cannot take the run")
+
+    real = rc.train_and_score
+    monkeypatch.setattr(rc, "train_and_score", no_training)
+    # more than the fixed 200 MiB the check once asked for, less than this run writes
+    free = 250 * 2**20
+    assert rc.run_write_bytes([big]) + cache.FREE_MARGIN_BYTES > free
+    _free(monkeypatch, free)
+    with pytest.raises(OSError, match=r"250 MiB free, less than the \d+ MiB this work will write"):
+        rc.train_or_load("addition", 0, big, device="cpu", progress=False)
+    monkeypatch.setattr(rc, "train_and_score", real)
+    assert not rc.train_or_load("addition", 0, TINY, device="cpu", progress=False).from_cache
+    with pytest.raises(ValueError, match="need_bytes=-1"):
+        cache.check_writable(tmp_path, -1)
+
+
+def test_every_cache_file_follows_the_umask(tmp_path):
+    """safetensors and mkstemp write 0600: another member of the group could not read the
+    weights, would take the run for a bad one and retrain it."""
+    old = os.umask(0o002)
+    try:
+        run_dir = _trained(tmp_path)
+        store = ck.RunCheckpoints(tmp_path / "ckpt", "k")
+        store.save(1, {"w": torch.zeros(2)}, {})
+        memo(_study, 3)
+    finally:
+        os.umask(old)
+    results = tmp_path / "cache" / "results"
+    files = [*run_dir.iterdir(), *store.saved()[0].iterdir(), *results.iterdir()]
+    assert {p.name for p in files} >= {"model.safetensors", "metrics.json", ck.TENSORS, ck.STATE}
+    assert {oct(p.stat().st_mode & 0o777) for p in files} == {oct(0o664)}
+    folders = [run_dir, store.folder, store.saved()[0], results]
+    assert {oct(p.stat().st_mode & 0o777) for p in folders} == {oct(0o775)}
+
+
+def _study(x):
+    return {"x": x}
+
+
+def _deny(monkeypatch, denied: Path) -> None:
+    """Reading ``denied`` raises PermissionError, as another member's 0600 file does (root,
+    which runs the tests, ignores permission bits)."""
+    real = cache.read_bytes
+
+    def read_bytes(path, max_bytes):
+        if Path(path) == denied:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, max_bytes)
+
+    monkeypatch.setattr(cache, "read_bytes", read_bytes)
+
+
+def test_a_run_this_process_may_not_read_is_left_in_place(tmp_path, monkeypatch):
+    run_dir = _trained(tmp_path)
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+    _deny(monkeypatch, run_dir / "metrics.json")
+    with pytest.warns(CacheWarning, match="cannot be read .*Permission denied.*left in place"):
+        run = rc.train_or_load("addition", 0, TINY, device="cpu", progress=False)
+    assert not run.from_cache and run.metrics["key"] == run_dir.name  # trained, returned
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before  # not replaced
+    assert not list(run_dir.parent.glob(".bad-*"))  # nor moved aside
+
+
+def test_a_metrics_json_nested_too_deeply_is_moved_aside(tmp_path):
+    run_dir = _trained(tmp_path)
+    (run_dir / "metrics.json").write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.warns(CacheWarning, match=r"metrics\.json: RecursionError") as caught:
+        run = rc.train_or_load("addition", 0, TINY, device="cpu", progress=False)
+    assert run_dir.name in str(caught[0].message)
+    assert not run.from_cache and len(list(run_dir.parent.glob(f".bad-{run_dir.name}-*"))) == 1
+    assert rc.train_or_load("addition", 0, TINY, device="cpu", progress=False).from_cache
+
+
+def test_a_checkpoint_nested_too_deeply_is_moved_aside_and_the_previous_used(tmp_path):
+    store = ck.RunCheckpoints(tmp_path, "k")
+    store.save(1, {"w": torch.zeros(2)}, {"step": 1})
+    store.save(2, {"w": torch.ones(2)}, {"step": 2})
+    (store.saved()[-1] / ck.STATE).write_text("{\"a\": " * 200_000 + "1" + "}" * 200_000)
+    with pytest.warns(CacheWarning, match="RecursionError"):
+        assert store.resume({"w": (2,)}, lambda tensors, fields: fields) == {"step": 1}
+    assert len(list(store.folder.glob(".bad-*"))) == 1
+
+
+def test_a_checkpoint_this_process_may_not_read_is_skipped_and_left_in_place(tmp_path,
+                                                                             monkeypatch):
+    store = ck.RunCheckpoints(tmp_path, "k")
+    store.save(1, {"w": torch.zeros(2)}, {"step": 1})
+    store.save(2, {"w": torch.ones(2)}, {"step": 2})
+    _deny(monkeypatch, store.saved()[-1] / ck.STATE)
+    with pytest.warns(CacheWarning, match="cannot be read .*left in place"):
+        assert store.resume({"w": (2,)}, lambda tensors, fields: fields) == {"step": 1}
+    assert len(store.saved()) == 2 and not list(store.folder.glob(".bad-*"))

@@ -10,9 +10,11 @@ import io
 import os
 import pickle
 import random
+import re
 import shutil
 import stat
 import threading
+import time
 import tracemalloc
 import warnings
 import zipfile
@@ -485,7 +487,7 @@ def _plant_npz(path: Path, meta: bytes, header: dict, n_zero_bytes: int) -> None
     ``header`` followed by ``n_zero_bytes`` zeros, streamed so the test never holds them."""
     buf = io.BytesIO()
     np.lib.format.write_array(buf, np.frombuffer(meta, dtype=np.uint8))
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
         zf.writestr("__meta__.npy", buf.getvalue())
         with zf.open("a0.npy", "w", force_zip64=True) as f:
             np.lib.format.write_array_header_1_0(f, header)
@@ -559,3 +561,197 @@ def test_a_file_over_the_size_limit_is_refused_and_a_result_over_it_not_stored(t
     assert path.name in messages[0] and "bytes, over the 100 limit" in messages[0]
     assert "not cached" in messages[1]
     assert _results(tmp_path) == []  # nothing a read would refuse is written
+
+
+# --- a cache that cannot take an entry, found before the work -------------------------------
+
+_WATCH: dict = {}  # the warnings a test records, for watched_study to count
+
+
+def watched_study(x):
+    """Records, at each real call, how many warnings had been issued before it."""
+    CALLS.append(len(_WATCH["caught"]))
+    return {"x": x}
+
+
+def _free(monkeypatch, free_bytes: int) -> None:
+    monkeypatch.setattr(shutil, "disk_usage",
+                        lambda p: shutil._ntuple_diskusage(10**12, 10**12 - free_bytes, free_bytes))
+
+
+def _refuse_writes(monkeypatch) -> None:
+    """A read-only cache: root, which runs the tests, ignores permission bits."""
+    def refuse(*args, **kwargs):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(cache.tempfile, "mkstemp", refuse)
+    monkeypatch.setattr(cache.os, "replace", refuse)
+
+
+@pytest.mark.parametrize("cannot, reason", [("read-only", "not writable: .*Read-only"),
+                                            ("not a folder", "not writable: .*Not a directory"),
+                                            ("full", "MiB free")])
+def test_a_cache_that_cannot_take_the_result_is_found_before_computing(tmp_path, monkeypatch,
+                                                                         cannot, reason):
+    root = tmp_path / "cache"
+    if cannot == "read-only":
+        _refuse_writes(monkeypatch)
+    elif cannot == "not a folder":
+        root = tmp_path / "a-file"
+        root.write_text("x")
+    else:
+        _free(monkeypatch, 10**6)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _WATCH["caught"] = caught
+        assert memo(watched_study, 5, cache_dir=root) == {"x": 5}
+    assert CALLS == [1]  # warned before the study was computed, which then went on
+    (message,) = [str(w.message) for w in caught if issubclass(w.category, CacheWarning)]
+    assert re.search(f"cache folder {re.escape(str(root / 'results'))} .*{reason}", message)
+    assert "computed but not cached" in message and memo_mod.MEMO_ENV in message
+    assert _results(tmp_path) == []
+
+
+def test_a_bad_entry_in_a_read_only_cache_is_recomputed_and_returned(tmp_path, monkeypatch):
+    memo(study, [1, 2])
+    path = _entry(tmp_path)
+    path.write_bytes(b"garbage")
+    _refuse_writes(monkeypatch)
+    with pytest.warns(CacheWarning) as caught:
+        assert memo(study, [1, 2])["value"].tolist() == [1.0, 2.0]
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 2 and len(CALLS) == 2
+    assert path.name in messages[0] and "could not be moved aside" in messages[0]
+    assert "not writable" in messages[1] and "not cached" in messages[1]
+    assert path.read_bytes() == b"garbage"  # left as it was
+
+
+def test_a_write_that_fails_returns_the_result_with_a_warning(tmp_path, monkeypatch):
+    def disk_full(path, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cache, "commit_file", disk_full)
+    with pytest.warns(CacheWarning, match=r"could not be written to .*\.npz .*No space left"):
+        assert memo(study, [1, 2])["value"].tolist() == [1.0, 2.0]
+    assert _results(tmp_path) == []
+
+
+def sized_study(n):
+    return np.zeros(n)
+
+
+def test_a_result_larger_than_the_room_left_is_not_written(tmp_path, monkeypatch):
+    monkeypatch.setattr(memo_mod, "EXPECTED_ENTRY_BYTES", 1000)
+    _free(monkeypatch, cache.FREE_MARGIN_BYTES + 10_000)  # room for the expected size only
+    assert memo(sized_study, 10).shape == (10,)  # 80 bytes: stored
+    assert len(_results(tmp_path)) == 1
+    with pytest.warns(CacheWarning, match=r"MiB free.* not cached"):
+        assert memo(sized_study, 100_000).shape == (100_000,)  # 800 kB: checked, not written
+    assert len(_results(tmp_path)) == 1
+
+
+def test_an_entry_this_process_may_not_read_is_recomputed_not_moved_aside(tmp_path, monkeypatch):
+    memo(study, [1, 2])
+    path = _entry(tmp_path)
+    real_open = os.open
+
+    def denied(file, *args, **kwargs):
+        if os.fspath(file) == str(path):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(memo_mod.os, "open", denied)
+    with pytest.warns(CacheWarning, match="cannot be read .*Permission denied") as caught:
+        assert memo(study, [1, 2])["value"].tolist() == [1.0, 2.0]
+    assert len(caught) == 1 and len(CALLS) == 2
+    assert not list(path.parent.glob(".bad-*"))  # not damage: not moved aside
+    monkeypatch.setattr(memo_mod.os, "open", real_open)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert memo(study, [1, 2])["value"].tolist() == [1.0, 2.0]  # a good entry in place
+    assert len(CALLS) == 2
+
+
+def test_stale_staging_files_are_swept(tmp_path):
+    results = tmp_path / "cache" / "results"
+    results.mkdir(parents=True)
+    old, young = results / ".tmp-a.npz-dead", results / ".tmp-b.npz-live"
+    for path in (old, young):
+        path.write_bytes(b"PK partial")
+    day_ago = time.time() - cache.STALE_SECONDS - 60
+    os.utime(old, (day_ago, day_ago))
+    memo(study, [1])
+    assert not old.exists() and young.exists()
+
+
+def deep_study(depth):
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_nesting_too_deep_for_json_is_a_miss_or_not_stored(tmp_path):
+    memo(study, [1, 2])
+    path = _entry(tmp_path)
+    _plant_npz(path, b"[" * 200_000 + b"]" * 200_000, _f8((2,)), 16)
+    with pytest.warns(CacheWarning, match="RecursionError"):
+        assert memo(study, [1, 2])["value"].tolist() == [1.0, 2.0]
+    assert list(path.parent.glob(f".bad-{path.name}-*"))
+    with pytest.warns(CacheWarning, match="nested too deeply to store; the result is not cached"):
+        assert len(memo(deep_study, 5000)) == 1
+    assert len(_results(tmp_path)) == 1
+
+
+# --- zip bombs: refused within seconds, in bounded memory ------------------------------------
+
+def _timed_peak(path: Path, match: str) -> tuple[float, int]:
+    start = time.perf_counter()
+    peak = _peak_bytes_of_a_recomputing_call(path, match)
+    return time.perf_counter() - start, peak
+
+
+def test_a_gigabyte_zip_bomb_is_refused_in_seconds_without_inflating(tmp_path):
+    memo(study, [1, 2])
+    path = _entry(tmp_path)
+    n = 1 << 30  # 1 GiB of zeros in a file of a few megabytes, with the entry's own key
+    _plant_npz(path, _meta_of(path), _f8((n // 8,)), n)
+    assert path.stat().st_size < n // 100
+    seconds, peak = _timed_peak(path, "uncompressed, over the")
+    assert seconds < 5 and peak < 16 << 20
+
+
+def test_a_zip_bomb_at_the_size_limit_is_refused_in_seconds_and_bounded_memory(tmp_path):
+    """The largest bomb a read inflates (with the entry's own key, so it is read to the
+    checksum): inflated in chunks into one buffer, hashed without a copy."""
+    memo(study, [1, 2])
+    path = _entry(tmp_path)
+    n = memo_mod.MAX_ENTRY_BYTES - (1 << 20)
+    _plant_npz(path, _meta_of(path), _f8((n // 8,)), n)
+    seconds, peak = _timed_peak(path, "SHA-256")
+    assert seconds < 5 and peak < 2 * memo_mod.MAX_ENTRY_BYTES
+
+
+def many_scalars(n):
+    return [np.float32(i) for i in range(n)]  # np.float64 is a float: stored as JSON
+
+
+def test_a_zip_directory_or_document_over_its_limit_is_refused_and_not_written(tmp_path,
+                                                                              monkeypatch):
+    memo(many_scalars, 20)
+    path = _entry(tmp_path)
+    monkeypatch.setattr(memo_mod, "MAX_MEMBERS", 10)
+    with pytest.warns(CacheWarning) as caught:
+        assert memo(many_scalars, 20) == list(range(20))
+    assert [bool(re.search(pattern, str(w.message))) for w, pattern in zip(caught, [
+        r"zip directory lists 21 entries .* over the 10 arrays", r"returned 20 arrays"])] == [
+        True, True]
+    assert _results(tmp_path) == []
+    monkeypatch.setattr(memo_mod, "MAX_MEMBERS", 50_000)
+    memo(many_scalars, 20)
+    monkeypatch.setattr(memo_mod, "MAX_META_BYTES", 100)
+    with pytest.warns(CacheWarning) as caught:
+        memo(many_scalars, 20)
+    assert "__meta__ document takes" in str(caught[0].message)
+    assert "returned a document of" in str(caught[1].message)
+    assert path.name in str(caught[0].message)

@@ -269,3 +269,35 @@ def test_an_interrupt_returns_promptly_and_stops_the_workers(tmp_path):
     assert not any(_alive(p) for p in workers)
     runs = tmp_path / "c" / "runs"
     assert not runs.exists() or all(p.name.startswith(".tmp-") for p in runs.iterdir())
+
+
+# --- run keys: the sources are parsed once per process, and again once edited ----------------
+
+def test_run_keys_reuse_parsed_sources_and_still_see_an_edit(tmp_path, monkeypatch):
+    pkg = tmp_path / "nopelib"
+    pkg.mkdir()
+    hour_ago = time.time() - 3600
+    for name in rc.training_sources():
+        (pkg / name).write_bytes((cache.PACKAGE_DIR / name).read_bytes())
+        os.utime(pkg / name, (hour_ago, hour_ago))
+    monkeypatch.setattr(cache, "PACKAGE_DIR", pkg)
+    monkeypatch.setattr(cache, "RACY_SECONDS", 0.0)  # the copies' ctime is now
+    before = rc.run_key("addition", 0, TINY, "cpu")
+    parsed = []
+    real_parse = cache.ast.parse
+    monkeypatch.setattr(cache.ast, "parse", lambda *a, **k: parsed.append(a) or real_parse(*a, **k))
+    start = time.perf_counter()
+    keys = {rc.run_key("addition", seed, TINY, "cpu") for seed in range(1000)}
+    seconds = time.perf_counter() - start
+    assert len(keys) == 1000 and not parsed  # nothing read or parsed again
+    assert seconds < 15  # re-parsing every source took 37 ms a key on an idle machine
+    assert rc.run_key("addition", 0, TINY, "cpu") == before
+    # an edit of the same size, as an editor's one-character fix makes it
+    text = (pkg / "model.py").read_bytes()
+    edited = text.replace(b"nanoGPT", b"NANOgpt", 1)
+    assert edited != text and len(edited) == len(text)
+    (pkg / "model.py").write_bytes(edited)
+    assert rc.run_key("addition", 0, TINY, "cpu") != before
+    assert len(parsed) == 1  # the edited file only
+    (pkg / "model.py").write_bytes(text)
+    assert rc.run_key("addition", 0, TINY, "cpu") == before
