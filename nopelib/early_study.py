@@ -35,12 +35,16 @@ from dataclasses import replace
 from multiprocessing import get_context
 from pathlib import Path
 
+import pandas as pd
 import torch
 
-from nopelib import dynamics, results
+from nopelib import claims, dynamics, results
 from nopelib.ablation import check_parts
+from nopelib.analysis import random_model
 from nopelib.memo import memo
+from nopelib.metrics import layer_scores
 from nopelib.model import GPT, GPTConfig
+from nopelib.params import SEED, Choice, ListOf
 from nopelib.profiles import PROFILES, TrainProfile, check_seed, get_profile
 from nopelib.tasks import TASKS, get_task, sample_inputs
 from nopelib.train import TRAJECTORY_SEED, train
@@ -119,6 +123,124 @@ def run_study(profile: str, tasks: Sequence[str], seeds: Sequence[int],
         return list(pool.map(_one, jobs))
 
 
+# ---------------------------------------------------------------------------------------------
+# the chapter's live part: block 1 at initialisation, measured and predicted
+
+# The chapter's parameters (its ``parameters`` cell: edit the two together)
+CHAPTER_PARAMS = {
+    "profile": Choice(WINDOWS),
+    "init_profiles": ListOf(Choice(WINDOWS), unique=True),
+    "init_seeds": ListOf(SEED, unique=True, max_len=10,
+                         why="each seed builds one model per profile and task, a few seconds "
+                             "each"),
+}
+
+
+def init_check(profile: str, tasks: Sequence[str], seeds: Sequence[int]) -> pd.DataFrame:
+    """Block 1 of ``profile``'s model at initialisation, per task and seed, on the study's
+    trajectory inputs: the ``dynamics`` quantities, the theory's predicted layer-1 score and
+    the measured one (``layer1``)."""
+    config = get_profile(profile).model
+    rows = []
+    for task in tasks:
+        texts = sample_inputs(task, N_INPUTS, seed=TRAJECTORY_SEED)
+        for seed in seeds:
+            model = random_model(config, seed=seed)  # train()'s initial draw for the seed
+            point = block1_measure(texts, config)(model)
+            rows.append({"profile": profile, "task": task, "seed": seed,
+                         "layer1": float(layer_scores(model, texts).mean(0)[1]), **point})
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# reading a committed study
+
+MEASURED = ("rho", "value_common", "embedding_common", "value_axis", "embedding_axis",
+            "entropy", "score_without_mlp", "predicted")  # block 1, per curve point
+
+
+def ablation_name(frozen: Sequence[str]) -> str:
+    """The ablation a run's ``frozen`` parts make (ABLATIONS' key)."""
+    for name, parts in ABLATIONS.items():
+        if list(parts) == list(frozen):
+            return name
+    raise ValueError(f"frozen={list(frozen)!r} is no ablation of {list(ABLATIONS)}")
+
+
+def frame(doc: dict) -> pd.DataFrame:
+    """One row per run and curve point, step 0 (the initialisation) included: task, seed,
+    ablation, step, lr, accuracy (NaN at step 0), layer1 (the adjacency score after block 1)
+    and the MEASURED quantities."""
+    rows = []
+    for run in doc["runs"]:
+        head = {"task": run["task"], "seed": run["seed"],
+                "ablation": ablation_name(run["frozen"])}
+        rows.append({**head, "step": 0, "lr": 0.0, "accuracy": float("nan"),
+                     "layer1": run["scores_init"][1],
+                     **{k: run["measure_init"][k] for k in MEASURED}})
+        c = run["curve"]
+        for i, step in enumerate(c["step"]):
+            rows.append({**head, "step": step, "lr": c["lr"][i], "accuracy": c["accuracy"][i],
+                         "layer1": c["scores"][i][1], **{k: c[k][i] for k in MEASURED}})
+    return pd.DataFrame(rows)
+
+
+def falls(runs: pd.DataFrame, level: float = claims.FALLS_AT) -> pd.DataFrame:
+    """Per unablated run (task, seed): the first step where layer 1 is below ``level``
+    (``claims.first_below``; NaN if never) and the block-1 quantities there beside their
+    values at initialisation (``<name>_init``)."""
+    out = []
+    for (task, seed), g in runs[runs.ablation == "none"].groupby(["task", "seed"]):
+        g = g.sort_values("step")
+        step = claims.first_below(g.step.tolist(), g.layer1.tolist(), level)
+        at = g[g.step == step].iloc[0] if step is not None else None
+        row = {"task": task, "seed": seed, "falls_at": float("nan") if step is None else step,
+               "lowest_layer1": claims.window_min(g.step.tolist(), g.layer1.tolist())}
+        for name in ("layer1", "rho", "value_common", "value_axis", "embedding_axis",
+                     "entropy"):
+            row[f"{name}_init"] = float(g[name].iloc[0])
+            row[name] = float("nan") if at is None else float(at[name])
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def agreement(runs: pd.DataFrame) -> pd.DataFrame:
+    """The theory along training, per unablated run: the largest |predicted - measured| over
+    its curve points and its step (``claims.largest_gap``), against the residual the theory
+    describes (``score_without_mlp``) and against the layer-1 score itself."""
+    out = []
+    for (task, seed), g in runs[runs.ablation == "none"].groupby(["task", "seed"]):
+        g = g.sort_values("step")
+        gap, step = claims.largest_gap(g.step, g.predicted, g.score_without_mlp)
+        gap1, step1 = claims.largest_gap(g.step, g.predicted, g.layer1)
+        out.append({"task": task, "seed": seed, "gap_without_mlp": gap, "at_step": step,
+                    "gap_layer1": gap1, "at_step_layer1": step1})
+    return pd.DataFrame(out)
+
+
+def causes(runs: pd.DataFrame) -> pd.DataFrame:
+    """``claims.collapse_cause`` per task and ablation: each seed's lowest layer-1 score in
+    the window (``claims.window_min``), unablated and ablated, and the verdict."""
+    lows = {key: claims.window_min(g.sort_values("step").step.tolist(),
+                                   g.sort_values("step").layer1.tolist())
+            for key, g in runs.groupby(["task", "ablation", "seed"])}
+    out = []
+    for task in sorted({t for t, _, _ in lows}):
+        base = {s: v for (t, a, s), v in lows.items() if t == task and a == "none"}
+        for name in ABLATIONS:
+            if name == "none":
+                continue
+            held = {s: v for (t, a, s), v in lows.items() if t == task and a == name}
+            if not held:
+                continue
+            out.append({"task": task, "ablation": name, "seeds": len(held),
+                        "lowest_unablated": min(base.values()) if base else float("nan"),
+                        "lowest_ablated": min(held.values()),
+                        "verdict": claims.collapse_cause(base, held)})
+    return pd.DataFrame(out, columns=["task", "ablation", "seeds", "lowest_unablated",
+                                      "lowest_ablated", "verdict"])
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m nopelib.early_study",
                                      description=__doc__.split("\n\n")[0])
@@ -132,7 +254,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None,
                         help="default: book/results/early_<profile>.json")
     args = parser.parse_args(argv)
-    from nopelib.params import SEED, Int, check_args
+    from nopelib.params import Int, check_args
 
     check_args(parser, {"--seeds": (args.seeds, SEED),
                         "--workers": (args.workers, Int(min=1, max=64,

@@ -196,3 +196,68 @@ def trajectory(runs: Sequence[Mapping], title: str = "") -> go.Figure:
     fig.update_xaxes(title_text="step", row=2)
     fig.update_layout(title=title, height=560)
     return fig
+
+
+def early_layer1(runs: pd.DataFrame, title: str = "") -> go.Figure:
+    """The early-dynamics study's layer 1 against step, one panel per task (``runs``:
+    ``early_study.frame``'s rows of one ablation): the measured score after block 1, the score
+    of block 1's attention residual without its MLP, and the averaging theory's prediction
+    from the measured quantities; mean over seeds with their min-max band."""
+    tasks = sorted(runs.task.unique())
+    fig = make_subplots(rows=1, cols=len(tasks), subplot_titles=tasks, shared_yaxes=True,
+                        horizontal_spacing=0.03)
+    series = (("layer1", "measured (layer 1)"), ("score_without_mlp", "measured, no MLP"),
+              ("predicted", "theory, measured inputs"))
+    for col, task in enumerate(tasks, start=1):
+        by = runs[runs.task == task].groupby("step")
+        for k, (column, name) in enumerate(series):
+            stats = by[column].agg(["mean", "min", "max"])
+            colour = DEFAULT_COLOURS[k]
+            steps = stats.index.tolist()
+            fig.add_trace(go.Scatter(x=steps + steps[::-1],
+                                     y=stats["max"].tolist() + stats["min"].tolist()[::-1],
+                                     fill="toself", fillcolor=colour, opacity=0.15,
+                                     line=dict(width=0), hoverinfo="skip", showlegend=False,
+                                     legendgroup=name), row=1, col=col)
+            fig.add_trace(go.Scatter(x=steps, y=stats["mean"], mode="lines", name=name,
+                                     legendgroup=name, showlegend=col == 1,
+                                     line=dict(color=colour)), row=1, col=col)
+        fig.add_hline(y=0.5, line_dash="dot", line_color="#555", row=1, col=col)
+    fig.update_yaxes(range=[0.3, 1.02], title_text="adjacency score", row=1, col=1)
+    fig.update_xaxes(title_text="step")
+    fig.update_layout(title=title, height=420)
+    return fig
+
+
+def early_quantities(runs: pd.DataFrame, columns: Sequence[str], title: str = "") -> go.Figure:
+    """Block 1's measured quantities against step (``early_study.frame``'s rows of one
+    ablation): one panel per quantity, one line per task (mean over seeds)."""
+    fig = make_subplots(rows=1, cols=len(columns), subplot_titles=list(columns),
+                        horizontal_spacing=0.05)
+    for k, task in enumerate(sorted(runs.task.unique())):
+        mean = runs[runs.task == task].groupby("step")[list(columns)].mean()
+        for col, column in enumerate(columns, start=1):
+            fig.add_trace(go.Scatter(x=mean.index, y=mean[column], mode="lines", name=task,
+                                     legendgroup=task, showlegend=col == 1,
+                                     line=dict(color=DEFAULT_COLOURS[k])), row=1, col=col)
+    fig.update_xaxes(title_text="step")
+    fig.update_layout(title=title, height=360)
+    return fig
+
+
+def predicted_against_measured(table: pd.DataFrame, measured: str, predicted: str,
+                               by: str, title: str = "") -> go.Figure:
+    """A scatter of ``predicted`` against ``measured`` (columns of ``table``), one colour per
+    value of ``by``, with the line where they agree."""
+    fig = go.Figure()
+    for k, (name, g) in enumerate(table.groupby(by)):
+        fig.add_trace(go.Scatter(x=g[measured], y=g[predicted], mode="markers", name=str(name),
+                                 marker=dict(color=DEFAULT_COLOURS[k % len(DEFAULT_COLOURS)])))
+    lo = float(min(table[measured].min(), table[predicted].min())) - 0.02
+    hi = float(max(table[measured].max(), table[predicted].max())) + 0.02
+    fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="agreement",
+                             line=dict(color="#555", dash="dot")))
+    fig.update_xaxes(title_text=measured, range=[lo, hi])
+    fig.update_yaxes(title_text=predicted, range=[lo, hi])
+    fig.update_layout(title=title, height=420)
+    return fig

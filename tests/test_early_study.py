@@ -73,3 +73,29 @@ def test_bad_arguments_are_usage_errors_before_any_training(tiny_study, capsys, 
         early_study.main(["--tasks", "addition", *argv])
     assert exit_.value.code == 2
     assert match in capsys.readouterr().err
+
+
+def test_the_tables_read_every_run_from_its_initialisation_on(tiny_study):
+    early_study.main(["--tasks", "addition", "reversal", "--seeds", "0", "1", "2",
+                      "--ablations", "none", "embedding", "--out", str(tiny_study)])
+    runs = early_study.frame(results.load(tiny_study))
+    assert len(runs) == 2 * 2 * 3 * 3  # tasks x ablations x seeds x (init + 2 points)
+    assert set(runs.ablation) == {"none", "embedding"}
+    assert (runs[runs.step == 0].lr == 0).all()
+    falls = early_study.falls(runs)
+    assert len(falls) == 6 and set(falls.task) == {"addition", "reversal"}
+    for _, row in falls.iterrows():  # the first step below the level, or none
+        g = runs[(runs.task == row.task) & (runs.seed == row.seed) & (runs.ablation == "none")]
+        below = g[g.layer1 < claims.FALLS_AT].step
+        assert (below.min() if len(below) else float("nan")) == pytest.approx(
+            row.falls_at, nan_ok=True)
+    gaps = early_study.agreement(runs)
+    assert (gaps.gap_without_mlp >= 0).all() and set(gaps.at_step) <= {0, 10, 20}
+    table = early_study.causes(runs)
+    assert list(table.ablation) == ["embedding", "embedding"]
+    assert set(table.verdict) <= set(claims.CAUSE_VERDICTS) and (table.seeds == 3).all()
+
+
+def test_an_unknown_ablation_in_a_file_is_named():
+    with pytest.raises(ValueError, match="is no ablation"):
+        early_study.ablation_name(["qk", "embedding", "qk"])
