@@ -23,7 +23,9 @@ def _cache_in_tmp(tmp_path, monkeypatch):
     monkeypatch.setenv("NOPELIB_CACHE_DIR", str(tmp_path / "cache"))
 
 
-def test_a_tiny_study_writes_a_valid_file_whose_trajectory_the_claims_read(tmp_path):
+def test_a_tiny_study_writes_a_valid_file_whose_trajectory_the_claims_read(tmp_path,
+                                                                          monkeypatch):
+    monkeypatch.setitem(profiles.PROFILES, TINY.name, TINY)  # a file's profile is a known one
     by_task, from_cache = ts.run_study(TINY, ["ordering"], [0, 1], device="cpu", workers=1,
                                         probe_fit_tokens=100)
     assert from_cache == 0 and [r["seed"] for r in by_task["ordering"]] == [0, 1]
@@ -37,7 +39,7 @@ def test_a_tiny_study_writes_a_valid_file_whose_trajectory_the_claims_read(tmp_p
         assert {r["seed"] for r in probes["rows"]} == set(ts.PROBE_SEEDS)
         assert {r["layer"] for r in probes["shuffled"]} == {1}
     doc = {"provenance": results.provenance("test", [], 0.0, profile=TINY.name,
-                                            training=TINY.record()),
+                                            training=TINY.record(), runs_from_cache=from_cache),
            "runs": by_task["ordering"]}
     path = tmp_path / "trained_tiny-study_ordering.json"
     results.write(path, doc, "trained")
