@@ -22,7 +22,7 @@ from nopelib.metrics import adjacency_score, cosine_similarity_matrix, layer_sco
 from nopelib.model import GPT, GPTConfig
 from nopelib.stats import summarize
 from nopelib.tasks import TASKS, encode_inputs, get_task, sample_inputs
-from nopelib.params import Choice, Float, Int, ListOf
+from nopelib.params import Choice, Cost, Float, Int, ListOf
 
 # ---------------------------------------------------------------------------------------------
 # inputs and models
@@ -423,14 +423,18 @@ CHAPTER_PARAMS = {
     # claim 3's spreads and tolerances need two or more
     "n_seeds": Int(min=2, max=200, why="each seed scores 26 base models (Figure 1 in two "
                    "readings, 18 initialisations, 6 controls), ~0.8 s each at 16 inputs per "
-                   "task: ~20 s per seed, ~1.1 h at 200"),
+                   "task: ~20 s per seed, ~1.1 h at 200").costing(
+        Cost(("n_seeds", "inputs_per_task"), 1.0,
+             "~1 s: 26 base models x 4 inputs of ~10 ms each")),
     "inputs_per_task": Int(min=1, max=2048, why="each adds 4 inputs (~10 ms each) to 26 "
                            "models per seed: ~3 s at 3 seeds, ~1.7 h at 2048, and a batch of "
                            "states of ~2 GB"),
     "heatmap_task": Choice(TASKS),
     "init_means": ListOf(Float(min=-1e6, max=1e6), max_len=32,
                          why="each mean adds 2 x len(init_stds) x n_seeds models (18 at the "
-                             "defaults, ~0.8 s each): ~15 s per mean, ~8 min at 32"),
+                             "defaults, ~0.8 s each): ~15 s per mean, ~8 min at 32").costing(
+        Cost(("init_means", "init_stds", "n_seeds"), 1.6,
+             "~1.6 s: 2 models (two readings) of ~0.8 s each")),
     "init_stds": ListOf(Float(min=0.0, max=1e6, open=True), max_len=32,
                         why="each std adds 2 x len(init_means) x n_seeds models and a slider "
                             "frame: ~15 s per std, ~8 min at 32"),

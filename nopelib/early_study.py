@@ -41,10 +41,10 @@ import torch
 from nopelib import claims, dynamics, results
 from nopelib.ablation import check_parts
 from nopelib.analysis import random_model
-from nopelib.memo import memo
+from nopelib.memo import is_cached, memo
 from nopelib.metrics import layer_scores
 from nopelib.model import GPT, GPTConfig
-from nopelib.params import SEED, Choice, ListOf
+from nopelib.params import SEED, Choice, ListOf, training_time_problem
 from nopelib.profiles import PROFILES, TrainProfile, check_seed, get_profile
 from nopelib.tasks import TASKS, get_task, sample_inputs
 from nopelib.train import TRAJECTORY_SEED, train
@@ -52,6 +52,10 @@ from nopelib.train import TRAJECTORY_SEED, train
 # the window and the curve spacing per profile: the 4 x 96 study model over its first 1,000
 # steps, the paper's model (a step costs about 20 times more) over its first 500
 WINDOWS = {"study": (1_000, 10), "paper_study": (500, 10)}
+# one run's seconds on one loaded core of the 2-core development VM, curve points included
+# (measured: 4 to 6 minutes a run of the study model; the paper's model's 500 steps at about
+# 1.3 s plus 50 points of about 15 s): the estimate the command's time gate uses
+RUN_SECONDS = {"study": 330.0, "paper_study": 1_400.0}
 N_INPUTS = 64  # trajectory inputs, for both models (the paper_study profile's own count)
 # exact match at a curve point on the first N_CURVE test examples: a point every 10 steps on
 # the profile's 1,000 would cost more than the training (the curve draws no random numbers,
@@ -116,11 +120,18 @@ def run_study(profile: str, tasks: Sequence[str], seeds: Sequence[int],
         if name not in ABLATIONS:
             raise ValueError(f"ablation {name!r} is unknown; allowed: {list(ABLATIONS)}")
         check_parts(ABLATIONS[name])
-    jobs = [(t, s, profile, ABLATIONS[a]) for t in tasks for a in ablations for s in seeds]
+    todo = jobs(profile, tasks, seeds, ablations)
     if workers == 1:
-        return [_one(job) for job in jobs]
+        return [_one(job) for job in todo]
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-        return list(pool.map(_one, jobs))
+        return list(pool.map(_one, todo))
+
+
+def jobs(profile: str, tasks: Sequence[str], seeds: Sequence[int],
+         ablations: Sequence[str]) -> list[tuple[str, int, str, tuple[str, ...]]]:
+    """The (task, seed, profile, frozen parts) of every run, task by task, then ablation by
+    ablation, then seed by seed: the order of the file's runs."""
+    return [(t, s, profile, ABLATIONS[a]) for t in tasks for a in ablations for s in seeds]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -263,6 +274,13 @@ def main(argv: list[str] | None = None) -> None:
                          ("--ablations", args.ablations)):
         if len(set(values)) != len(values):
             parser.error(f"{name} {values} names one twice")
+    todo = [job for job in jobs(args.profile, args.tasks, args.seeds, args.ablations)
+            if not is_cached(early_run, *job)]  # runs in the cache cost nothing
+    slow = training_time_problem(args.profile, len(todo), "cpu", RUN_SECONDS[args.profile],
+                                 args.workers, basis="as measured on the development VM",
+                                 allowed="fewer tasks, seeds or ablations, more --workers")
+    if slow is not None:
+        parser.error(slow)
     out = results.RESULTS_DIR / f"early_{args.profile}.json" if args.out is None else args.out
     if not out.name.startswith("early_") or out.suffix != ".json":
         parser.error(f"--out={str(out)!r}: the file must be named early_<name>.json")

@@ -21,6 +21,7 @@ import argparse
 import csv
 import io
 import json
+import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -210,17 +211,36 @@ def main(argv: list[str] | None = None) -> None:
     if args.batched and backend == "local":  # --batched names the batched backend
         backend = "batched"
     out = args.out or Path(f"grid_{args.name}.json")
-    from nopelib.params import Float, Int, OutPath, check_args
+    from nopelib.distributed import ADDRESS_ENV, RAY_DEVICES
+    from nopelib.params import (Choice, Device, Float, Int, OutPath, check_args,
+                                training_time_problem)
 
+    cluster = backend == "ray" and bool(args.address or os.environ.get(ADDRESS_ENV))
+    if cluster:  # a Ray cluster trains on its own devices, not this machine's
+        device = Choice(RAY_DEVICES, why="the ray backend's; Ray assigns the GPU itself")
+    elif backend == "ray":  # a Ray instance on this machine: its devices, as Ray names them
+        device = Device().where(lambda d, _: d in RAY_DEVICES,
+                                f"one of {list(RAY_DEVICES)}, the ray backend's")
+    else:
+        device = Device()
     # exit 2 now, not after hours of training
     check_args(parser, {
         "--out": (out, OutPath()),
+        "--device": (args.device, device),
         "--workers": (args.workers, Int(min=1, max=1024, why="training processes (or Ray "
                                         "CPUs) at once, ~0.3 GB of memory apiece")),
         "--gpu-fraction": (args.gpu_fraction, Float(min=0.0, max=1.0, open_min=True,
                                                     why="the share of one GPU a Ray run asks for")),
     })
+    if args.batched and backend not in ("local", "batched"):
+        parser.error(f"--batched trains in this process: it cannot use --backend {backend}")
     grid = get_grid(args.name)
+    if not cluster:  # a cluster's devices and cores are not known here
+        slow = training_time_problem(list(grid.profiles), len(grid.tasks) * len(grid.seeds),
+                                     args.device, workers=args.workers,
+                                     allowed="a GPU (--device cuda), a Ray cluster (--address)")
+        if slow is not None:
+            parser.error(f"grid {grid.name} --device {args.device}: {slow}")
     print(f"grid {grid.name}: {len(grid.tasks)} tasks x {len(grid.seeds)} seeds x "
           f"{len(grid.profiles)} configurations = {grid.n_runs} runs ({backend})", flush=True)
     start = time.perf_counter()

@@ -39,12 +39,15 @@ import torch
 from nopelib import cache, results
 from nopelib.analysis import LEARNED_AT
 from nopelib.launch import train_many
-from nopelib.params import OutPath, check_args
-from nopelib.study import load_study, reproduction
+from nopelib.params import Choice, ListOf, OutPath, check_args, training_time_problem
+from nopelib.study import live_seconds, load_study, reproduction
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = ("trained", "probes")
+SETS = ("native", "avx2")  # the kernel sets (kernel_sets)
 TAG = "kernelcheck"  # chapter cells whose text output is compared between kernel sets
+# the trained chapter's live runs (its default live_tasks x live_seeds), trained once per set
+LIVE_PROFILE, LIVE_TASKS, LIVE_SEEDS = "study", ("reversal",), (0,)
 
 
 def kernel_sets(capability: str | None = None) -> dict[str, dict[str, str]]:
@@ -57,8 +60,8 @@ def kernel_sets(capability: str | None = None) -> dict[str, dict[str, str]]:
                      "ONEDNN_MAX_CPU_ISA": "AVX2"}}
 
 
-def summarize(profile: str = "study", tasks: tuple[str, ...] = ("reversal",),
-              seeds: tuple[int, ...] = (0,)) -> dict:
+def summarize(profile: str = LIVE_PROFILE, tasks: tuple[str, ...] = LIVE_TASKS,
+              seeds: tuple[int, ...] = LIVE_SEEDS) -> dict:
     """What the trained chapter's live reproduction computes, under this process's kernels:
     per live run its exact match, budget, whether it is learned, whether it is inside the
     committed study's spread (``study.reproduction``) and the layers outside it."""
@@ -79,7 +82,7 @@ def summarize(profile: str = "study", tasks: tuple[str, ...] = ("reversal",),
 
 
 def record(results_by_set: dict[str, dict], argv: list[str] | None, start: float,
-           profile: str = "study") -> dict:
+           profile: str = LIVE_PROFILE) -> dict:
     """The committed form of a kernel check (``results`` kind ``kernels``): its provenance,
     with each set's environment and chapter outcomes, and one row per live run and set."""
     runs = [{"set": name, "capability": res["summary"]["capability"], **run}
@@ -179,8 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, help="folder for each set's cache and notebooks")
     parser.add_argument("--chapters", nargs="*", default=list(CHAPTERS), choices=CHAPTERS)
-    parser.add_argument("--sets", nargs="+", default=["native", "avx2"],
-                        choices=["native", "avx2"])
+    parser.add_argument("--sets", nargs="+", default=list(SETS), choices=SETS)
     parser.add_argument("--record", type=Path, default=None,
                         help="also write the outcome as a committed result "
                              "(book/results/kernels_<profile>.json)")
@@ -192,13 +194,23 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out is None:
         parser.error("--out is required")
-    checks = {"--out": (args.out, OutPath(folder=True))}  # before hours of training
+    checks = {"--out": (args.out, OutPath(folder=True)),  # before hours of training
+              "--chapters": (args.chapters, ListOf(Choice(CHAPTERS), unique=True, min_len=0)),
+              "--sets": (args.sets, ListOf(Choice(SETS), unique=True))}
     if args.record is not None:
         checks["--record"] = (args.record, OutPath())
     check_args(parser, checks)
     if args.record is not None and not (args.record.name.startswith("kernels_")
                                         and args.record.suffix == ".json"):
         parser.error(f"--record={str(args.record)!r}: the name must be kernels_*.json")
+    # the sets train one after another, each the live runs once
+    slow = training_time_problem(
+        LIVE_PROFILE, len(args.sets) * len(LIVE_TASKS) * len(LIVE_SEEDS), workers=1,
+        run_seconds=live_seconds(LIVE_PROFILE, LIVE_TASKS),
+        basis="if each run takes as long as the longest committed training run of its task",
+        allowed="fewer --sets")
+    if slow is not None:
+        parser.error(f"--sets {' '.join(args.sets)}: {slow}")
     start = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
     sets = kernel_sets()

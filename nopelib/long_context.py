@@ -42,7 +42,7 @@ from nopelib.claims import ORDER_LEVEL
 from nopelib.analysis import length_tokens, random_model
 from nopelib.metrics import adjacency_score, cosine_similarity_matrix
 from nopelib.model import GPTConfig
-from nopelib.params import SEED, Float, Int, ListOf
+from nopelib.params import SEED, Cost, Float, Int, ListOf
 from nopelib.stats import t_interval
 from nopelib.theory import comparison_probabilities, residual_gram
 from nopelib.theory_config import comparison_model, predict_config_score
@@ -284,19 +284,52 @@ def study(widths: Sequence[int], seeds: Sequence[int], T: int, windows: Sequence
     return out
 
 
+MODEL_SECONDS = 120  # one model of width <= 768 at 8,192 tokens, on the 2-core dev machine
+
+
+def model_units(T: int, widths: Sequence[int], windows: Sequence[int],
+                base: GPTConfig | None = None) -> float:
+    """What one seed's models cost (``study``: every width, and every window at the base
+    width), in models of width <= 768 at 8,192 tokens: each (T / 8192)^2 (the similarity
+    tensors) times (width / 768)^2 above 768 (the forward pass)."""
+    base = base or GPTConfig()
+    return sum((T / 8192) ** 2 * max(1.0, w / 768) ** 2
+               for w in [*widths, *[base.n_embd] * len(windows)])
+
+
+def joint_cost(flag: str = "") -> Cost:
+    """The bound on seeds x models x length together, which within their own bounds could run
+    for days; the parameters named with ``flag`` in front (a command's: "--")."""
+    return Cost((f"{flag}seeds",), MODEL_SECONDS,
+                "~2 min, a model of width <= 768 at 8,192 tokens on the 2-core development "
+                "machine", scale=lambda p: model_units(p[f"{flag}T"], p[f"{flag}widths"],
+                                                       p[f"{flag}windows"]),
+                scale_text=f"models (each (T / 8192)^2 x max(1, width / 768)^2; {flag}windows "
+                           f"at width {GPTConfig().n_embd})")
+
+
+def _windows(flag: str = "", min_len: int = 1) -> ListOf:
+    """Sliding windows, each at most T (the parameter ``flag`` + "T")."""
+    return ListOf(Int(min=1), unique=True, min_len=min_len, max_len=4,
+                  why="each window adds one base-width model per seed").where(
+        lambda windows, p: all(w <= p[f"{flag}T"] for w in windows),
+        f"each window at most {flag}T")
+
+
+WIDTHS = ListOf(Int(min=6, max=1536, why="a 1536-wide model at 8,192 tokens is ~10 min"
+                    ).where(lambda w, p: w % 6 == 0, "divisible by the 6 heads"),
+                unique=True, min_len=1, max_len=8, why="one model per width and seed")
+SEEDS = ListOf(SEED, unique=True, min_len=3, max_len=20,
+               why="the seed is the unit (3 for an interval); each adds one model per width "
+                   "and window")
 # The long-sequence chapter's parameters (its ``parameters`` cell: edit the two together).
 # Upper bounds: rough costs on the 2-core development machine; the reason is in each message.
 CHAPTER_PARAMS = {
     "T": Int(min=MIN_OCTAVE, max=8192, why="a [7, T, T] float32 similarity tensor per model: "
              "1.9 GB and ~2 min per model at 8,192"),
-    "widths": ListOf(Int(min=6, max=1536, why="a 1536-wide model at 8,192 tokens is ~10 min"
-                         ).where(lambda w, p: w % 6 == 0, "divisible by the 6 heads"),
-                     unique=True, min_len=1, max_len=8, why="one model per width and seed"),
-    "seeds": ListOf(SEED, unique=True, min_len=3, max_len=20,
-                    why="the seed is the unit (3 for an interval); each adds one model per "
-                        "width and window"),
-    "windows": ListOf(Int(min=1, max=8192, why="at most T"), unique=True, max_len=4,
-                      why="each window adds one base-width model per seed"),
+    "widths": WIDTHS,
+    "seeds": SEEDS.costing(joint_cost()),
+    "windows": _windows(),
     "layer": Int(min=0, max=6, why="the base model has 6 blocks"),
     "level": Float(min=0.5, max=1.0, open=True),
 }
@@ -312,27 +345,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--windows", type=int, nargs="*", default=[64],
                         help="sliding windows, at the base width")
     args = parser.parse_args(argv)
-    from nopelib.params import check_args
+    from nopelib.params import OutPath, check_args
 
     check_args(parser, {  # exit 2 now, not after an hour
+        "--out": (args.out, OutPath().where(
+            lambda out, _: Path(out).name.startswith("long_") and Path(out).suffix == ".json",
+            "a long_*.json file (the chapter finds it by its name)")),
         "--T": (args.T, Int(min=MIN_OCTAVE, max=16_384, why="a [7, T, T] float32 similarity "
                             "tensor: 1.9 GB at 8,192, 7.5 GB at 16,384")),
-        "--widths": (args.widths, Int(min=6, max=1536, why="6 x 1536 at 8,192 tokens is "
-                                      "hours on a CPU").where(
-            lambda w, p: w % 6 == 0, "divisible by the 6 heads")),
-        "--seeds": (args.seeds, SEED),
-        "--windows": (args.windows, Int(min=1, max=16_384, why="at most T")),
+        "--widths": (args.widths, WIDTHS),
+        "--seeds": (args.seeds, SEEDS.costing(joint_cost("--"))),
+        "--windows": (args.windows, _windows("--", min_len=0)),
     })
-    for flag, values in (("--widths", args.widths), ("--seeds", args.seeds),
-                         ("--windows", args.windows)):
-        if len(set(values)) != len(values):
-            parser.error(f"{flag} {values} names a value twice")
-    if len(args.seeds) < 3:
-        parser.error(f"--seeds {args.seeds}: the seed is the unit, at least 3 for an interval")
-    if not args.out.name.startswith("long_") or args.out.suffix != ".json":
-        parser.error(f"--out={str(args.out)!r} must be a long_*.json file")
-    if not args.out.parent.is_dir():
-        parser.error(f"--out={str(args.out)!r}: its folder does not exist")
     start = time.perf_counter()
     runs = study(args.widths, args.seeds, args.T, args.windows)
     doc = {"provenance": results.provenance("python -m nopelib.long_context", argv, start,

@@ -508,6 +508,16 @@ def memo(fn: Callable[..., R], *args: Any, cache_dir: str | Path | None = None, 
     return result
 
 
+def is_cached(fn: Callable[..., Any], *args: Any, cache_dir: str | Path | None = None,
+              **kwargs: Any) -> bool:
+    """Whether the results cache holds an entry for this exact call (not read or verified: a
+    damaged one is still recomputed by ``memo``); for estimating what a call will cost."""
+    if os.environ.get(MEMO_ENV, "1") == "0":
+        return False
+    key = call_key(fn, args, kwargs)
+    return os.path.lexists(cache.resolve_cache_dir(cache_dir) / "results" / f"{key}.npz")
+
+
 def _cannot_store(results: Path, need_bytes: int) -> str | None:
     """Why the results folder cannot take an entry of ``need_bytes``, or None."""
     try:

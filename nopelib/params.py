@@ -18,13 +18,18 @@ run with its defaults), is refused too, with the closest known name. Size parame
 bounds with the time or memory they stand for (``why=``), so ``n_seeds=10**9`` fails at once
 instead of running for days; seeds are integers in [0, 2**32 - 1] (``SEED``).
 
-``check_args`` applies the same rules to a command's arguments (``parser.error``: exit code 2
-before any work), and ``OutPath`` refuses an output path that cannot be written later.
+Bounds per parameter let several parameters at their separate maxima run for hours together,
+so a rule may also carry a ``Cost`` (``Rule.costing``): the product of sizes (``n_seeds x
+inputs_per_task``) times the seconds one unit takes, refused over an hour with the estimate.
 
-``check_training_time`` guards the chapters that train: a profile expected to take over an hour
-on the CPU (the paper profile) is refused unless ``NOPELIB_ALLOW_SLOW=1`` is set, in which
-case it only warns with the expected time. An opt-in rather than a bare warning, because a
-warning scrolls past while the kernel trains for days.
+``check_args`` applies the same rules to a command's arguments (``parser.error``: exit code 2
+before any work; a rule may read the other flags' values, keyed by flag), and ``OutPath``
+refuses an output path that cannot be written later.
+
+``check_training_time`` guards the chapters and commands that train: training expected to take
+over an hour on the CPU (the paper profile) is refused unless ``NOPELIB_ALLOW_SLOW=1`` is set,
+in which case it only warns with the expected time; so is a ``Cost`` over its bound. An opt-in
+rather than a bare warning, because a warning scrolls past while the kernel trains for days.
 """
 
 from __future__ import annotations
@@ -52,10 +57,12 @@ Condition = tuple[Callable[[Any, Mapping[str, Any]], bool], str]
 
 @dataclass(frozen=True)
 class Rule:
-    """What one parameter accepts: a base check (``_ok``) plus extra conditions; ``why`` says
-    where a bound comes from (the time or memory it stands for) and is shown with it."""
+    """What one parameter accepts: a base check (``_ok``) plus extra conditions and joint
+    costs (``Cost``: what it costs with other parameters); ``why`` says where a bound comes
+    from (the time or memory it stands for) and is shown with it."""
 
     conditions: tuple[Condition, ...] = field(default=(), kw_only=True)
+    costs: tuple[Cost, ...] = field(default=(), kw_only=True)
     why: str = field(default="", kw_only=True)
 
     def allowed(self) -> str:
@@ -76,18 +83,31 @@ class Rule:
         """This rule with one more condition, which may look at the other parameters."""
         return replace(self, conditions=(*self.conditions, (predicate, text)))
 
+    def costing(self, cost: Cost) -> "Rule":
+        """This rule with one more joint cost over the parameters, bounded."""
+        return replace(self, costs=(*self.costs, cost))
+
     def problem(self, value: Any, params: Mapping[str, Any]) -> str | None:
         """None if ``value`` is allowed, else what is allowed."""
         if not self._ok(value):
             return self.allowed()
-        for predicate, text in self.conditions:
-            try:
-                ok = predicate(value, params)
-            except Exception:  # noqa: BLE001  (a condition on another, bad parameter)
-                ok = False
-            if not ok:
-                return text
-        return None
+        return self.joint_problem(value, params)
+
+    def joint_problem(self, value: Any, params: Mapping[str, Any]) -> str | None:
+        """The first extra condition that ``value`` fails or cost over its bound (the base
+        check aside), or None."""
+        failed = (text for predicate, text in self.conditions
+                  if not _holds(predicate, value, params))
+        over = (why for cost in self.costs if (why := cost.problem(params)) is not None)
+        return next(failed, None) or next(over, None)
+
+
+def _holds(predicate: Callable[[Any, Mapping[str, Any]], bool], value: Any,
+           params: Mapping[str, Any]) -> bool:
+    try:
+        return bool(predicate(value, params))
+    except Exception:  # noqa: BLE001  (a condition on another, bad parameter)
+        return False
 
 
 def _is_int(value: Any) -> bool:
@@ -184,13 +204,23 @@ class ListOf(Rule):
                 "(papermill: pass lists with -y, e.g. -y 'name: [1, 2]')")
 
     def _ok(self, value: Any) -> bool:
-        if not isinstance(value, (list, tuple)) or len(value) < self.min_len:
-            return False
-        if self.max_len is not None and len(value) > self.max_len:
-            return False
-        if self.unique and len(set(map(repr, value))) != len(value):
-            return False
-        return all(self.item.problem(v, {}) is None for v in value)
+        return (isinstance(value, (list, tuple)) and self.count_problem(value) is None
+                and all(self.item.problem(v, {}) is None for v in value))
+
+    def count_problem(self, values: Sequence[Any]) -> str | None:
+        """None if ``values`` has an allowed count and no repeat where ``unique``, else what
+        is wrong and what is allowed (a command's flag: its items are checked apart)."""
+        n = len(values)
+        if n < self.min_len or (self.max_len is not None and n > self.max_len):
+            count = (f"at least {self.min_len}" if self.max_len is None
+                     else f"{self.min_len} to {self.max_len}")
+            return f"{n} value(s); allowed: {count}{self._reason()}"
+        seen: set[str] = set()
+        for value in values if self.unique else ():
+            if repr(value) in seen:
+                return f"{value!r} is given twice; allowed: no repeats"
+            seen.add(repr(value))
+        return None
 
 
 @dataclass(frozen=True)
@@ -202,13 +232,24 @@ class Device(Rule):
                 f"{self._reason()}")
 
     def _ok(self, value: Any) -> bool:
+        return self._unusable(value) is None
+
+    @staticmethod
+    def _unusable(value: Any) -> str | None:
         from nopelib.train import resolve_device  # torch: imported only when a chapter asks
 
         try:
             resolve_device(value)
-        except (ValueError, RuntimeError, AttributeError):
-            return False
-        return True
+        except (ValueError, RuntimeError, AttributeError) as exc:
+            return str(exc)
+        return None
+
+    def problem(self, value: Any, params: Mapping[str, Any]) -> str | None:
+        """Why the device cannot be used (unknown, or absent here), then what is allowed."""
+        why = super().problem(value, params)
+        if why is not None and (reason := self._unusable(value)):
+            return f"{reason.split('; allowed')[0]}; allowed: {why}"  # one list of what is allowed
+        return why
 
 
 # a seed of the chapters and commands; torch refuses 2**64 and more, 5 s into the work
@@ -248,11 +289,72 @@ class OutPath(Rule):
         return isinstance(value, (str, PurePath))
 
     def problem(self, value: Any, params: Mapping[str, Any]) -> str | None:
-        """The specific reason (which folder is a file or not writable), then what is allowed."""
-        why = super().problem(value, params)
-        if why is None and (bad := _output_problem(Path(value), self.folder)):
+        """The specific reason (which folder is a file or not writable), then what is allowed;
+        then the extra conditions."""
+        if not self._ok(value):
+            return self.allowed()
+        if bad := _output_problem(Path(value), self.folder):
             return f"{bad}; allowed: {self.allowed()}"
-        return why
+        return self.joint_problem(value, params)
+
+
+def _size(value: Any) -> float:
+    """A size parameter's count: a list's items, or the number itself."""
+    if isinstance(value, (list, tuple)):
+        return len(value)
+    if not _is_real(value):
+        raise TypeError(f"{value!r} is not a size")
+    return value
+
+
+def _hours(hours: float) -> str:
+    return f"{hours:,.1f}" if hours < 10 else f"{hours:,.0f}"
+
+
+def _slow(message: str, allowed: str) -> str | None:
+    """The refusal of work expected to take over an hour (``message`` says how long), or None
+    after a warning where ``$NOPELIB_ALLOW_SLOW=1`` opts in."""
+    if os.environ.get(ALLOW_SLOW_ENV) == "1":
+        warnings.warn(message, stacklevel=4)
+        return None
+    return f"{message}; allowed: {allowed}, or set {ALLOW_SLOW_ENV}=1 to run it anyway"
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What several parameters cost together: the product of their sizes (a list counts its
+    items) and of ``scale`` (a further factor, named by ``scale_text``), each unit taking
+    ``seconds_each`` (``each`` says what a unit is and where its time comes from). Over
+    ``max_hours`` it is refused with the estimate, unless ``$NOPELIB_ALLOW_SLOW=1``. It is
+    attached to one of the parameters' rules (``Rule.costing``); a command's names its sizes
+    by flag (``"--seeds"``), as ``check_args`` passes them."""
+
+    sizes: tuple[str, ...]
+    seconds_each: float
+    each: str
+    scale: Callable[[Mapping[str, Any]], float] | None = None
+    scale_text: str = ""
+    max_hours: float = SLOW_HOURS
+
+    def problem(self, params: Mapping[str, Any]) -> str | None:
+        """None within the bound (or where a size is itself bad: its own rule names it),
+        else the product, its estimate and what is allowed."""
+        try:
+            factors = [_size(params[name]) for name in self.sizes]
+            if self.scale is not None:
+                factors.append(float(self.scale(params)))
+        except (KeyError, TypeError, ValueError):
+            return None
+        units = math.prod(factors)
+        seconds = units * self.seconds_each
+        if seconds <= self.max_hours * 3600:
+            return None
+        names = " x ".join([*self.sizes, *([self.scale_text] if self.scale else [])])
+        shown = " x ".join(f"{f:,.3g}" if isinstance(f, float) else f"{f:,}" for f in factors)
+        limit = self.max_hours * 3600 / self.seconds_each
+        return _slow(f"{names} = {shown} = {units:,.0f} unit(s) of {self.each}: about "
+                     f"{_hours(seconds / 3600)} h", f"at most {self.max_hours:g} h "
+                     f"({limit:,.0f} units)")
 
 
 def _shown(value: Any, limit: int = 200) -> str:
@@ -308,45 +410,79 @@ def check_params(spec: Mapping[str, Rule], params: Mapping[str, Any]) -> None:
         raise ValueError("bad parameter(s):\n  " + "\n  ".join(problems))
 
 
+def _shown_args(values: list[Any], limit: int = 200) -> str:
+    """A flag's values as they were typed, cut short like ``_shown``."""
+    text = " ".join(map(str, values))
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(values)} values)"
+
+
+def _arg_problems(flag: str, value: Any, rule: Rule, flags: Mapping[str, Any]) -> list[str]:
+    if isinstance(rule, ListOf) and isinstance(value, list):
+        found = [f"{flag} {item} is not allowed: {why}" for item in value
+                 if (why := rule.item.problem(item, flags)) is not None]
+        for why in (rule.count_problem(value), rule.joint_problem(value, flags)):
+            if why is not None:
+                found.append(f"{flag} {_shown_args(value)} is not allowed: {why}")
+        return found
+    return [f"{flag} {item} is not allowed: {why}"
+            for item in (value if isinstance(value, list) else [value])
+            if item is not None and (why := rule.problem(item, flags)) is not None]
+
+
 def check_args(parser: argparse.ArgumentParser, checks: Mapping[str, tuple[Any, Rule]]) -> None:
     """Exit through ``parser.error`` (code 2, before any work) naming every flag whose value
     its rule refuses, the value and what is allowed. ``checks`` maps a flag to (value, rule);
-    a list (``nargs``) is checked item by item, and None (a flag left out) passes."""
-    problems = []
-    for flag, (value, rule) in checks.items():
-        for item in value if isinstance(value, list) else [value]:
-            why = None if item is None else rule.problem(item, {})
-            if why is not None:
-                problems.append(f"{flag} {item} is not allowed: {why}")
+    a list (``nargs``) is checked item by item, or with a ``ListOf`` rule also as a whole (its
+    count, repeats, conditions and costs); None (a flag left out) passes. Conditions and costs
+    read the other flags' values keyed by flag (``"--T"``)."""
+    flags = {flag: value for flag, (value, _) in checks.items()}
+    problems = [why for flag, (value, rule) in checks.items()
+                for why in _arg_problems(flag, value, rule, flags)]
     if problems:
         parser.error("\n  ".join(problems))
 
 
-def check_training_time(profile: Any, n_runs: int, device: str = "auto",
-                        run_seconds: float | None = None) -> None:
-    """Refuse, before any work, CPU training expected to take over SLOW_HOURS, unless
-    $NOPELIB_ALLOW_SLOW=1 (then warn with the expected time). ``profile`` is a profile name or a
-    ``TrainProfile``; one run takes ``run_seconds`` on one thread (a measured time, e.g. the
-    committed study's), else ``launch.expected_cpu_seconds``, on one process per core."""
+TRAINING_ALLOWED = "a GPU (device='cuda'), profile 'cpu'"  # what check_training_time suggests
+
+
+def training_time_problem(profile: Any, n_runs: int, device: str = "auto",
+                          run_seconds: float | None = None, workers: int | None = None,
+                          basis: str = "as measured", allowed: str = TRAINING_ALLOWED
+                          ) -> str | None:
+    """None, or the refusal of CPU training expected to take over SLOW_HOURS (after a warning
+    with the expected time where $NOPELIB_ALLOW_SLOW=1). ``profile`` is a profile name or a
+    ``TrainProfile``, or a list of them trained one after another (a grid's configurations),
+    each ``n_runs`` times on ``workers`` processes (default: one per core). One run takes
+    ``run_seconds`` on one thread (a measured time, e.g. the committed study's, described by
+    ``basis``), else ``launch.expected_cpu_seconds``. ``allowed`` names the ways out."""
     from nopelib.launch import expected_cpu_seconds
     from nopelib.profiles import get_profile
     from nopelib.train import resolve_device
 
     if resolve_device(device).type != "cpu" or n_runs < 1:
-        return
-    prof = get_profile(profile)
-    per_run = expected_cpu_seconds(prof) if run_seconds is None else run_seconds
-    hours = per_run * math.ceil(n_runs / (os.cpu_count() or 1)) / 3600
+        return None
+    profs = [get_profile(p) for p in (profile if isinstance(profile, (list, tuple))
+                                      else [profile])]
+    processes = min(workers or os.cpu_count() or 1, n_runs)
+    rounds = math.ceil(n_runs / processes)
+    hours = sum(expected_cpu_seconds(p) if run_seconds is None else run_seconds
+                for p in profs) * rounds / 3600
     if hours <= SLOW_HOURS:
-        return
+        return None
     # a budget that follows progress has no cost known in advance: its step cap bounds it
-    bound = " up to" if run_seconds is None and prof.stop_at else ""
-    message = (f"profile={prof.name!r} trains {n_runs} run(s) on the CPU in{bound} about "
-               f"{hours:.0f} h ({os.cpu_count()} cores)"
-               + (" as measured" if run_seconds is not None else "")
-               + (" (its step cap)" if bound else ""))
-    if os.environ.get(ALLOW_SLOW_ENV) == "1":
-        warnings.warn(message, stacklevel=2)
-        return
-    raise ValueError(f"bad parameter(s):\n  {message}; allowed: a GPU (device='cuda'), profile "
-                     f"'cpu', or set {ALLOW_SLOW_ENV}=1 to train on the CPU anyway")
+    bound = " up to" if run_seconds is None and any(p.stop_at for p in profs) else ""
+    who = (f"profile={profs[0].name!r} trains {n_runs} run(s)" if len(profs) == 1 else
+           f"profiles {_shown([p.name for p in profs])} train {n_runs} run(s) each")
+    return _slow(f"{who} on the CPU in{bound} about {_hours(hours)} h ({processes} "
+                 f"process(es), one thread each)"
+                 + (f" {basis}" if run_seconds is not None else "")
+                 + (" (its step cap)" if bound else ""), allowed)
+
+
+def check_training_time(profile: Any, n_runs: int, device: str = "auto",
+                        run_seconds: float | None = None) -> None:
+    """Refuse, before any work, CPU training expected to take over SLOW_HOURS, unless
+    $NOPELIB_ALLOW_SLOW=1 (then warn with the expected time): ``training_time_problem`` on one
+    process per core, raised as a chapter's bad parameter."""
+    if (why := training_time_problem(profile, n_runs, device, run_seconds)) is not None:
+        raise ValueError(f"bad parameter(s):\n  {why}")

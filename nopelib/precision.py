@@ -18,7 +18,8 @@ does. The rule (``RULE``), fixed before the check ran:
 
 It runs by hand, one command, and commits a small file::
 
-    python -m nopelib.precision --tasks reversal addition --seeds 0 1 2 --steps 300
+    NOPELIB_ALLOW_SLOW=1 python -m nopelib.precision --tasks reversal addition --seeds 0 1 2 \
+        --steps 300
 
 which writes ``book/results/precision_<profile>.json``.
 """
@@ -41,7 +42,9 @@ from nopelib.launch import train_many
 from nopelib.profiles import PRECISIONS, PROFILES, TrainProfile, get_profile
 from nopelib.tasks import TASKS
 from nopelib.train import bf16_available
+from nopelib.trained_study import study_profiles
 
+MAX_SEEDS = 20  # a bound on --seeds: each seed adds a float32 and a bf16 run per task
 RULE = ("the same seeds under float32 and bf16 autocast for the first steps; per task, "
         "quantity (each layer's adjacency score, validation exact match) and seed, the "
         "precision gap is the mean over curve points of |bf16 - fp32|, the seed gap the same "
@@ -53,8 +56,9 @@ def check_profiles(profile: str | TrainProfile, steps: int) -> dict[str, TrainPr
     """The profile's first ``steps`` steps under each precision (its budget rule unchanged,
     capped), named apart from the study's own runs."""
     prof = get_profile(profile)
-    if type(steps) is not int or not 1 <= steps <= prof.steps:
-        raise ValueError(f"steps={steps!r} must be an integer in [1, {prof.steps}]")
+    if type(steps) is not int or not max(1, prof.warmup_steps) <= steps <= prof.steps:
+        raise ValueError(f"steps={steps!r} must be an integer in [{max(1, prof.warmup_steps)} "
+                         f"(the warm-up), {prof.steps}]")
     return {p: replace(prof, name=f"{prof.name}-first{steps}-{p}", steps=steps, precision=p)
             for p in PRECISIONS}
 
@@ -129,22 +133,38 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--out-dir", default=str(results.RESULTS_DIR))
     args = parser.parse_args(argv)
-    from nopelib.params import SEED, Int, OutPath, check_args
+    from nopelib.params import (SEED, Choice, Int, ListOf, OutPath, check_args,
+                                training_time_problem)
 
-    check_args(parser, {
-        "--seeds": (args.seeds, SEED),
-        "--steps": (args.steps, Int(min=1, max=5_000, why="the check reads the first steps")),
+    out = Path(args.out_dir) / f"precision_{args.profile}.json"
+    prof = PROFILES[args.profile]
+    check_args(parser, {  # exit 2 now, not after hours of training
+        "--tasks": (args.tasks, ListOf(Choice(TASKS), unique=True)),
+        "--profile": (args.profile, Choice(study_profiles(), why="the rule reads the curve's "
+                                           "scores: a profile with a trajectory")),
+        "--seeds": (args.seeds, ListOf(SEED, unique=True, min_len=2, max_len=MAX_SEEDS,
+                                       why="the seed gap needs two float32 seeds; each seed "
+                                           "adds 2 runs per task")),
+        "--steps": (args.steps, Int(min=1, max=5_000, why="the check reads the first steps"
+                                    ).where(lambda steps, _: prof.warmup_steps <= steps,
+                                            f"at least the profile's {prof.warmup_steps} "
+                                            "warm-up steps").where(
+            lambda steps, _: steps <= prof.steps, f"at most the profile's {prof.steps} steps")),
         "--workers": (args.workers, Int(min=1, max=256, why="one process per core")),
-        "--out-dir": (args.out_dir, OutPath(folder=True)),
+        "--out-dir": (args.out_dir, OutPath(folder=True).where(
+            lambda _, f: not out.is_dir(), f"a folder in which {out.name} is not a folder")),
     })
-    if len(set(args.seeds)) < 2 or len(set(args.seeds)) != len(args.seeds):
-        parser.error(f"--seeds {args.seeds}: give at least two distinct seeds")
     if not bf16_available():
         parser.error("this CPU has no bf16 units (torch.ops.mkldnn._is_mkldnn_bf16_supported"
                      "() is False): bf16 autocast would fall back to float32, nothing to check")
     profs = check_profiles(args.profile, args.steps)
-    start = time.perf_counter()
     jobs = [(t, s) for t in args.tasks for s in args.seeds]
+    # each run costed as a float32 one (bf16 autocast takes about half the time)
+    slow = training_time_problem(profs["float32"], len(profs) * len(jobs), "cpu",
+                                 workers=args.workers, allowed="fewer --steps, --seeds or --tasks")
+    if slow is not None:
+        parser.error(f"--steps {args.steps}: {slow}")
+    start = time.perf_counter()
     records = []
     for precision, prof in profs.items():
         trained = train_many(jobs, prof, device="cpu", workers=args.workers)
@@ -155,7 +175,6 @@ def main(argv: list[str] | None = None) -> None:
         rule=RULE, verdict=verdict(table), training=get_profile(args.profile).record(),
         cpu_capability=torch.backends.cpu.get_cpu_capability()),
         "runs": records, "gaps": table.to_dict("records")}
-    out = Path(args.out_dir) / f"precision_{args.profile}.json"
     results.write(out, doc, "precision")
     print(table.round(4).to_string(index=False))
     print(speed(records).round(2).to_string())

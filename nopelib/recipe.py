@@ -24,6 +24,7 @@ from nopelib.profiles import PROFILES, TrainProfile, get_profile
 from nopelib.tasks import TASKS
 
 POS_ENCODINGS = ("none", "learned")  # NoPE, and the control that is given position for free
+MAX_SEEDS = 20  # a bound on --seeds: each seed adds a NoPE and a learned-position run per task
 
 
 def run_study(profile: str | TrainProfile, tasks: list[str], seeds: list[int], scale: int,
@@ -57,16 +58,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scale", type=int, default=4, help="multiple of the profile's steps")
     parser.add_argument("--device", default="auto")
     args = parser.parse_args(argv)
-    from nopelib.params import SEED, Int, OutPath, check_args
+    from nopelib.params import (SEED, Choice, Device, Int, ListOf, OutPath, check_args,
+                                training_time_problem)
 
     # exit 2 now, not after hours of training
     check_args(parser, {
         "--out": (args.out, OutPath()),
-        "--seeds": (args.seeds, SEED),
+        "--tasks": (args.tasks, ListOf(Choice(TASKS), unique=True)),
+        "--seeds": (args.seeds, ListOf(SEED, unique=True, max_len=MAX_SEEDS,
+                                       why="each seed adds 2 runs per task: NoPE and learned")),
         "--scale": (args.scale, Int(min=1, max=25, why="the cpu profile's 4,000 reversal steps "
                                     "x 25 is 100,000 steps, ~0.11 s each on one core: ~3 h per "
                                     "run")),
+        "--device": (args.device, Device()),
     })
+    # each run costed as a learned-position one, the larger model
+    slow = training_time_problem(get_profile(args.profile).scaled(args.scale, "learned"),
+                                 len(POS_ENCODINGS) * len(args.tasks) * len(args.seeds),
+                                 args.device,
+                                 allowed="a GPU (--device cuda), fewer --tasks or --seeds, or a "
+                                         "smaller --scale")
+    if slow is not None:
+        parser.error(f"--profile {args.profile} --scale {args.scale} --device {args.device}: "
+                     f"{slow}")
     start = time.perf_counter()
     rows = run_study(args.profile, args.tasks, args.seeds, args.scale, args.device)
     result = {

@@ -13,7 +13,7 @@ reads the study's models with the model as the unit.
 
 It trains longer than a chapter may, so it runs by hand, one file per task, with one command::
 
-    python -m nopelib.trained_study --tasks reversal indexing
+    NOPELIB_ALLOW_SLOW=1 python -m nopelib.trained_study --tasks reversal indexing
 
 which writes ``book/results/trained_<profile>_<task>.json`` (``--profile paper_study``: the
 paper's base model under the same budget rules). Every run goes through the run cache, so a
@@ -22,7 +22,14 @@ runs it finished come from the cache, and each run it was training goes on from 
 checkpoint (``nopelib.checkpoint``, one every 5 minutes of training), ending bit for bit as
 it would have without the stop (its metrics record where it resumed, ``resumed_at``). A
 rerun whose runs all come from the cache rewrites the files, keeping the provenance of the
-invocation that trained them (``trained_by``) beside its own.
+invocation that trained them (``trained_by``) beside its own. A file grows by seed and never
+shrinks: a committed run is kept over this invocation's run of its seed unless ``--replace
+SEED ...`` names the seed, and a kept run that this invocation would train under another run
+key (other training sources or device) is refused before any training.
+
+On the CPU, training expected to take over an hour (each run as long as the longest committed
+run of its tasks, on one process per core) needs ``NOPELIB_ALLOW_SLOW=1``
+(``params.training_time_problem``).
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from nopelib.probe_study import task_sequences, trained_study
 from nopelib.profiles import PROFILES, TrainProfile, check_seed, get_profile
 from nopelib.cache import resolve_cache_dir
 from nopelib.runs import TrainedRun, load_run, run_key
+from nopelib.study import live_seconds
 from nopelib.tasks import TASKS, get_task
 from nopelib.train import TRAJECTORY_SEED, resolve_device
 
@@ -125,10 +133,10 @@ def cached_runs(profile: TrainProfile, tasks: Sequence[str], seeds: Sequence[int
 def run_study(profile: str | TrainProfile, tasks: Sequence[str], seeds: Sequence[int],
               device: str = "auto", workers: int | None = None,
               probe_fit_tokens: int = PROBE_FIT_TOKENS,
-              cached_only: bool = False) -> tuple[dict[str, list[dict]], int]:
+              cached_only: bool = False) -> tuple[dict[str, list[dict]], dict[str, int]]:
     """Train (or load) every (task, seed) of ``profile`` in one pool; per task, the run
     records (``run_record``, with probes fitted on ``probe_fit_tokens`` tokens), and how many
-    runs came from the cache. ``cached_only``: train nothing, record the runs the cache
+    of them came from the cache. ``cached_only``: train nothing, record the runs the cache
     holds (a task with none is left out)."""
     prof = get_profile(profile)
     for task in tasks:
@@ -145,24 +153,31 @@ def run_study(profile: str | TrainProfile, tasks: Sequence[str], seeds: Sequence
     by_task = {task: [run_record(runs[task, s], probe_fit_tokens) for s in seeds
                       if (task, s) in runs] for task in tasks}
     by_task = {task: records for task, records in by_task.items() if records}
-    return by_task, sum(run.from_cache for run in runs.values())
+    cached = {task: sum(runs[task, s].from_cache for s in seeds if (task, s) in runs)
+              for task in by_task}
+    return by_task, cached
 
 
-def merged(path: Path, records: list[dict], training: dict) -> list[dict]:
-    """``records`` and, from the committed file at ``path`` when it was trained under the same
-    profile record (``training``), the runs of the seeds they do not hold: a study grows by
-    seed and never shrinks (a run of this invocation replaces the committed run of its seed).
-    Sorted by seed."""
-    mine = {r["seed"] for r in records}
-    kept = []
-    if path.is_file():
-        try:
-            old = results.load(path)
-        except results.ResultsError:
-            old = None
-        if old is not None and old["provenance"].get("training") == training:
-            kept = [r for r in old["runs"] if r["seed"] not in mine]
-    return sorted([*records, *kept], key=lambda r: r["seed"])
+def committed_runs(path: Path, training: dict) -> list[dict]:
+    """The runs of the study file at ``path`` when it was trained under the same profile
+    record (``training``); none without a file or under another record (a stale file is
+    rewritten). An unreadable file raises ResultsError: it is not overwritten unread."""
+    if not path.is_file():
+        return []
+    old = results.load(path)
+    return old["runs"] if old["provenance"].get("training") == training else []
+
+
+def merged(path: Path, records: list[dict], training: dict,
+           replace: Sequence[int] = ()) -> list[dict]:
+    """``records`` merged with the committed runs of the file at ``path``
+    (``committed_runs``): a study grows by seed and never shrinks, and a committed run is
+    kept over this invocation's run of its seed unless ``replace`` names the seed. Sorted by
+    seed."""
+    kept = [r for r in committed_runs(path, training) if r["seed"] not in replace]
+    held = {r["seed"] for r in kept}
+    return sorted([*kept, *(r for r in records if r["seed"] not in held)],
+                  key=lambda r: r["seed"])
 
 
 def trained_by(path: Path, records: list[dict], now: dict) -> dict:
@@ -179,6 +194,36 @@ def trained_by(path: Path, records: list[dict], now: dict) -> dict:
     return old["provenance"].get("trained_by", old["provenance"]) if same else mine
 
 
+def _committed_problems(folder: Path, names: Sequence[str], tasks: Sequence[str],
+                        seeds: Sequence[int], replace: Sequence[int], profile: TrainProfile,
+                        training: dict, device: str) -> list[str]:
+    """Why the committed files in ``folder`` cannot take this invocation's runs: a file that
+    cannot be read (it would be overwritten unread), or a kept committed run of a seed to be
+    trained under another run key (other training sources or device: its new run would be
+    trained, then dropped)."""
+    dev = resolve_device(device)
+    problems = []
+    for task, name in zip(tasks, names):
+        try:
+            runs = committed_runs(folder / name, training)
+        except results.ResultsError as exc:
+            problems.append(f"--out-dir {folder}: {exc}; move the file aside or mend it")
+            continue
+        other = [r["seed"] for r in runs if r["seed"] in seeds and r["seed"] not in replace
+                 and r["key"] != run_key(task, r["seed"], profile, dev)]
+        if other:
+            problems.append(
+                f"--seeds: {folder / name} holds seed(s) {other} trained under another run "
+                "key (other training sources or device), and a committed run is kept: pass "
+                f"--replace {' '.join(map(str, other))} to replace them, or leave them out")
+    return problems
+
+
+def study_profiles() -> list[str]:
+    """The profiles a study can train: those that record a trajectory (``n_trajectory``)."""
+    return sorted(name for name, prof in PROFILES.items() if prof.n_trajectory)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m nopelib.trained_study",
                                      description=__doc__.split("\n\n")[0])
@@ -186,6 +231,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", default="study", choices=sorted(PROFILES))
     parser.add_argument("--seeds", nargs="+", type=int, default=None,
                         help="default: the profile's seeds")
+    parser.add_argument("--replace", nargs="+", type=int, default=[], metavar="SEED",
+                        help="seeds whose committed run this invocation's run replaces "
+                             "(default: a committed run is kept)")
     parser.add_argument("--out-dir", type=Path, default=results.RESULTS_DIR,
                         help="folder of the trained_<profile>_<task>.json files")
     parser.add_argument("--device", default="auto")
@@ -197,34 +245,60 @@ def main(argv: list[str] | None = None) -> None:
                         help="train nothing: write the runs the cache holds (a study in "
                              "flight: k of the seeds)")
     args = parser.parse_args(argv)
-    from nopelib.params import SEED, Device, Int, check_args
+    from nopelib.params import (SEED, Choice, Device, Int, ListOf, OutPath, check_args,
+                                training_time_problem)
 
+    prof = PROFILES[args.profile]
+    seeds = list(prof.seeds) if args.seeds is None else args.seeds
+    names = [f"trained_{prof.name}_{task}.json" for task in args.tasks]
     check_args(parser, {  # exit 2 now, not after hours of training
-        "--seeds": (args.seeds, SEED),
+        "--tasks": (args.tasks, ListOf(Choice(TASKS), unique=True)),
+        "--profile": (args.profile, Choice(study_profiles(), why="the profiles that record "
+                                           "a trajectory (n_trajectory > 0), which the study "
+                                           "reads")),
+        "--seeds": (args.seeds, ListOf(SEED, unique=True).where(
+            lambda values, _: set(values) <= set(prof.seeds),
+            f"seeds of profile {prof.name!r}, {list(prof.seeds)} (a study file holds at most "
+            "those)")),
+        "--replace": (args.replace, ListOf(SEED, unique=True, min_len=0).where(
+            lambda values, _: set(values) <= set(seeds),
+            f"seeds this invocation trains, {seeds}")),
+        "--out-dir": (args.out_dir, OutPath(folder=True).where(
+            lambda folder, _: Path(folder).is_dir(), "an existing folder").where(
+            lambda folder, _: not any((Path(folder) / name).is_dir() for name in names),
+            f"a folder in which none of {names} is a folder")),
         "--device": (args.device, Device()),
         "--workers": (args.workers, Int(min=1, max=256, why="one process per core")),
         "--probe-fit-tokens": (args.probe_fit_tokens,
                                Int(min=1, max=10**6, why="the test split's tokens")),
     })
-    if args.seeds is not None and len(set(args.seeds)) != len(args.seeds):
-        parser.error(f"--seeds {args.seeds} names a seed twice")
-    if not args.out_dir.is_dir():
-        parser.error(f"--out-dir={str(args.out_dir)!r} is not a folder")
-    prof = get_profile(args.profile)
-    seeds = list(prof.seeds) if args.seeds is None else args.seeds
+    training = json.loads(json.dumps(prof.record()))  # tuples as a file holds them
+    problems = _committed_problems(args.out_dir, names, args.tasks, seeds, args.replace, prof,
+                                   training, args.device)
+    # the estimate reads the committed study: not once a file of it is refused above
+    if not args.cached_only and not problems:
+        slow = training_time_problem(
+            prof, len(args.tasks) * len(seeds), args.device,
+            live_seconds(prof.name, args.tasks), args.workers,
+            basis="if each run takes as long as the longest committed training run of these "
+                  "tasks",
+            allowed="a GPU (--device cuda), fewer --tasks or --seeds per invocation")
+        if slow is not None:
+            problems.append(f"--profile {prof.name} --device {args.device}: {slow}")
+    if problems:
+        parser.error("\n  ".join(problems))
     start = time.perf_counter()
     by_task, from_cache = run_study(prof, args.tasks, seeds, args.device, args.workers,
                                     args.probe_fit_tokens, args.cached_only)
-    training = json.loads(json.dumps(prof.record()))  # tuples as a file holds them
     for task, records in by_task.items():
         out = args.out_dir / f"trained_{prof.name}_{task}.json"
-        records = merged(out, records, training)
+        records = merged(out, records, training, args.replace)
         doc = {
             "provenance": results.provenance(
                 "python -m nopelib.trained_study", argv, start, profile=prof.name,
                 training=prof.record(), tasks=list(args.tasks),
                 seeds=[r["seed"] for r in records],
-                runs_from_cache=from_cache,
+                runs_from_cache=from_cache[task],
                 cpu_capability=torch.backends.cpu.get_cpu_capability(),
                 trajectory={"n_inputs": prof.n_trajectory, "seed": TRAJECTORY_SEED}),
             "runs": records,
@@ -233,7 +307,8 @@ def main(argv: list[str] | None = None) -> None:
         results.write(out, doc, "trained")
         print(f"wrote {out}: {len(records)} runs, accuracy "
               + ", ".join(f"{r['accuracy']:.4f}" for r in records))
-    print(f"{sum(map(len, by_task.values()))} runs ({from_cache} from the cache) in "
+    print(f"{sum(map(len, by_task.values()))} runs ({sum(from_cache.values())} from the "
+          f"cache) in "
           f"{time.perf_counter() - start:.0f} s")
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from nopelib import cache, claims, early_study, profiles, results
 from nopelib.model import GPTConfig
+from nopelib.params import ALLOW_SLOW_ENV
 
 TINY = replace(profiles.PROFILES["study"], model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
                warmup_steps=5, n_train=96, n_test=200, n_eval=200, n_curve=200, n_val=40,
@@ -22,6 +23,8 @@ def tiny_study(tmp_path, monkeypatch):
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setitem(profiles.PROFILES, "study", TINY)
     monkeypatch.setitem(early_study.WINDOWS, "study", (20, 10))
+    monkeypatch.setitem(early_study.RUN_SECONDS, "study", 5.0)  # a tiny run's cost
+    monkeypatch.delenv(ALLOW_SLOW_ENV, raising=False)
     return tmp_path / "early_tiny.json"
 
 
@@ -99,3 +102,20 @@ def test_the_tables_read_every_run_from_its_initialisation_on(tiny_study):
 def test_an_unknown_ablation_in_a_file_is_named():
     with pytest.raises(ValueError, match="is no ablation"):
         early_study.ablation_name(["qk", "embedding", "qk"])
+
+
+def test_hours_of_runs_are_refused_unless_asked_for_and_cached_runs_cost_nothing(
+        tiny_study, capsys, monkeypatch):
+    argv = ["--tasks", "addition", "--seeds", "0", "--ablations", "none", "--out",
+            str(tiny_study)]
+    monkeypatch.setitem(early_study.RUN_SECONDS, "study", 7200.0)  # two hours a run
+    with pytest.raises(SystemExit) as exit_:
+        early_study.main(argv)
+    assert exit_.value.code == 2 and "1 run(s)" in capsys.readouterr().err
+    assert not tiny_study.exists()  # refused before any work
+    monkeypatch.setenv(ALLOW_SLOW_ENV, "1")
+    with pytest.warns(UserWarning, match="about 2"):
+        early_study.main(argv)
+    monkeypatch.delenv(ALLOW_SLOW_ENV)
+    early_study.main(argv)  # the run is in the cache now: nothing to train, nothing gated
+    assert results.load(tiny_study)["runs"][0]["task"] == "addition"

@@ -14,8 +14,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from nopelib.params import (ALLOW_SLOW_ENV, SEED, SEED_MAX, Choice, Device, Float, Int, ListOf,
-                            Optional, check_params, check_training_time)
+from nopelib.params import (ALLOW_SLOW_ENV, SEED, SEED_MAX, Choice, Cost, Device, Float, Int,
+                            ListOf, Optional, check_params, check_training_time,
+                            training_time_problem)
 
 BOOK = Path(__file__).resolve().parent.parent / "book"
 
@@ -96,7 +97,39 @@ def test_bounds_and_their_reasons():
 
 def test_devices():
     assert Device().problem("cpu", {}) is None
-    assert Device().problem("tpu", {}) is not None
+    assert Device().problem("tpu", {}).startswith("device='tpu' is unknown; allowed: 'auto', ")
+
+
+def test_a_joint_cost_over_its_bound_is_refused_with_the_estimate(monkeypatch):
+    """Each size within its own bound, the product over an hour: refused, with the product,
+    the estimate and the bound; an opt-in turns it into a warning."""
+    monkeypatch.delenv(ALLOW_SLOW_ENV, raising=False)
+    cost = Cost(("n_seeds", "inputs"), 0.5, "~0.5 s, one model on one input")
+    spec = {"n_seeds": Int(min=1, max=200).costing(cost), "inputs": ListOf(Int())}
+    check_params(spec, {"n_seeds": 200, "inputs": [1] * 36})  # 7,200 x 0.5 s: the hour
+    with pytest.raises(ValueError) as err:
+        check_params(spec, {"n_seeds": 200, "inputs": [1] * 40})
+    assert str(err.value).splitlines()[1] == (
+        "  n_seeds=200 is not allowed: n_seeds x inputs = 200 x 40 = 8,000 unit(s) of ~0.5 s, "
+        "one model on one input: about 1.1 h; allowed: at most 1 h (7,200 units), or set "
+        f"{ALLOW_SLOW_ENV}=1 to run it anyway")
+    # a bad size is named by its own rule, not by the cost
+    with pytest.raises(ValueError, match=r"inputs='x' is not allowed") as err:
+        check_params(spec, {"n_seeds": 200, "inputs": "x"})
+    assert "unit(s)" not in str(err.value)
+    monkeypatch.setenv(ALLOW_SLOW_ENV, "1")
+    with pytest.warns(UserWarning, match=r"n_seeds x inputs = 200 x 40 .* about 1.1 h$"):
+        check_params(spec, {"n_seeds": 200, "inputs": [1] * 40})
+
+
+def test_a_scaled_joint_cost_names_its_factor(monkeypatch):
+    monkeypatch.delenv(ALLOW_SLOW_ENV, raising=False)
+    cost = Cost(("seeds",), 60, "~1 min", scale=lambda p: (p["T"] / 100) ** 2,
+                scale_text="(T / 100)^2")
+    assert cost.problem({"seeds": [0] * 10, "T": 100}) is None
+    assert cost.problem({"seeds": [0] * 10, "T": 300}).startswith(
+        "seeds x (T / 100)^2 = 10 x 9 = 90 unit(s) of ~1 min: about 1.5 h; allowed: at most 1 h "
+        "(60 units)")
 
 
 def test_paper_training_on_a_cpu_needs_an_opt_in(monkeypatch):
@@ -110,6 +143,20 @@ def test_paper_training_on_a_cpu_needs_an_opt_in(monkeypatch):
     # a budget that follows progress: the step cap bounds the time, no more
     with pytest.warns(UserWarning, match=r"profile='paper_study'.* up to about \d+ h .*step cap"):
         check_training_time("paper_study", 1, "cpu")
+
+
+def test_the_training_time_counts_rounds_of_workers_and_every_configuration(monkeypatch):
+    monkeypatch.delenv(ALLOW_SLOW_ENV, raising=False)
+    # 4 runs of 1,000 s: 2 rounds on 2 processes, 4 on one
+    assert training_time_problem("cpu", 4, "cpu", run_seconds=1000, workers=2) is None
+    assert training_time_problem("cpu", 4, "cpu", run_seconds=1000, workers=1,
+                                 basis="as in the committed study").startswith(
+        "profile='cpu' trains 4 run(s) on the CPU in about 1.1 h (1 process(es), one thread "
+        "each) as in the committed study; allowed: a GPU")
+    # a grid: its configurations one after another, each its runs
+    assert training_time_problem(["cpu", "paper"], 1, "cpu", run_seconds=1900,
+                                 allowed="fewer").startswith(
+        "profiles ['cpu', 'paper'] train 1 run(s) each on the CPU in about 1.1 h")
 
 
 # --- the chapters -----------------------------------------------------------------------------
@@ -220,6 +267,25 @@ def test_every_chapter_passes_its_defaults(monkeypatch, chapter):
     _run_check(chapter, {})
 
 
+def test_the_readme_papermill_example_passes(monkeypatch):
+    """``-p n_seeds 20 -p inputs_per_task 128`` on random_init (the README's example)."""
+    monkeypatch.delenv(ALLOW_SLOW_ENV, raising=False)
+    _run_check("random_init", {"n_seeds": 20, "inputs_per_task": 128})
+
+
+@pytest.mark.parametrize("values, named", [
+    ({"n_seeds": 200, "inputs_per_task": 2048}, "n_seeds x inputs_per_task"),
+    ({"n_seeds": 200, "init_means": [0.0] * 32, "init_stds": [0.02] * 32},
+     "init_means x init_stds x n_seeds"),
+])
+def test_random_init_parameters_each_within_bounds_are_refused_together(monkeypatch, values,
+                                                                       named):
+    monkeypatch.delenv(ALLOW_SLOW_ENV, raising=False)
+    with pytest.raises(ValueError) as err:
+        _run_check("random_init", values)
+    assert named in str(err.value)
+
+
 TYPOS = [("averaging_effect", "n_text", "n_texts"), ("random_init", "n_seed", "n_seeds"),
          ("trained", "profil", "profile"), ("probes", "model_seed", "model_seeds"),
          ("scorecard", "profil", "profile"), ("long_sequences", "seed", "seeds")]
@@ -282,6 +348,12 @@ BOUNDS = [  # (chapter, parameters, what the error must name, its estimate), one
     ("probes", {"grid_lengths": list(range(32, 49))}, "grid_lengths=", "~3 s at T = 128"),
     ("probes", {"grid_seeds": list(range(101))}, "grid_seeds=", "~15 min at 100"),
     ("probes", {"grid_fit_tokens": 10**9}, "grid_fit_tokens=", "~6 GB at 100,000"),
+    # each within its own bound, together over an hour: the joint cost
+    ("long_sequences", {"T": 8192, "seeds": list(range(20)), "widths": [192, 384, 768, 1536]},
+     "seeds=", "seeds x models (each (T / 8192)^2 x max(1, width / 768)^2; windows at width 384) "
+     "= 20 x 8 = 160 unit(s) of ~2 min, a model of width <= 768 at 8,192 tokens on the 2-core "
+     "development machine: about 5.3 h; allowed: at most 1 h (30 units)"),
+    ("long_sequences", {"T": 64, "windows": [128]}, "windows=[128]", "each window at most T"),
 ]
 
 

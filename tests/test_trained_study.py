@@ -28,7 +28,7 @@ def test_a_tiny_study_writes_a_valid_file_whose_trajectory_the_claims_read(tmp_p
     monkeypatch.setitem(profiles.PROFILES, TINY.name, TINY)  # a file's profile is a known one
     by_task, from_cache = ts.run_study(TINY, ["ordering"], [0, 1], device="cpu", workers=1,
                                         probe_fit_tokens=100)
-    assert from_cache == 0 and [r["seed"] for r in by_task["ordering"]] == [0, 1]
+    assert from_cache == {"ordering": 0} and [r["seed"] for r in by_task["ordering"]] == [0, 1]
     for run in by_task["ordering"]:
         t = run["trajectory"]
         assert t["step"][-1] == run["steps"] and len(t["scores"]) == len(t["step"])
@@ -39,7 +39,8 @@ def test_a_tiny_study_writes_a_valid_file_whose_trajectory_the_claims_read(tmp_p
         assert {r["seed"] for r in probes["rows"]} == set(ts.PROBE_SEEDS)
         assert {r["layer"] for r in probes["shuffled"]} == {1}
     doc = {"provenance": results.provenance("test", [], 0.0, profile=TINY.name,
-                                            training=TINY.record(), runs_from_cache=from_cache),
+                                            training=TINY.record(),
+                                            runs_from_cache=from_cache["ordering"]),
            "runs": by_task["ordering"]}
     path = tmp_path / "trained_tiny-study_ordering.json"
     results.write(path, doc, "trained")
@@ -47,7 +48,7 @@ def test_a_tiny_study_writes_a_valid_file_whose_trajectory_the_claims_read(tmp_p
     # a second study loads every run from the cache
     again, from_cache = ts.run_study(TINY, ["ordering"], [0, 1], device="cpu", workers=1,
                                         probe_fit_tokens=100)
-    assert from_cache == 2 and again == by_task
+    assert from_cache == {"ordering": 2} and again == by_task
 
 
 def test_an_edited_trajectory_is_refused(tmp_path):
