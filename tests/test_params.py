@@ -194,6 +194,10 @@ BAD = [  # (chapter, parameters, what the error must name): every finding of iss
     ("long_sequences", {"widths": [100]}, "widths=[100]"),
     ("long_sequences", {"seeds": [0, 1]}, "seeds=[0, 1]"),  # fewer than 3
     ("long_sequences", {"layer": 7}, "layer=7"),
+    ("early_dynamics", {"profile": "cpu"}, "profile='cpu'"),
+    ("early_dynamics", {"init_seeds": [0, 0]}, "init_seeds=[0, 0]"),
+    ("early_dynamics", {"init_profiles": ["paper"]}, "init_profiles=['paper']"),
+    ("intro", {"headline_profile": "bogus"}, "headline_profile='bogus'"),
 ]
 
 
