@@ -102,8 +102,12 @@ def early_run(task: str, seed: int, profile: str, frozen: tuple[str, ...]) -> di
 
 
 def _one(job: tuple[str, int, str, tuple[str, ...]]) -> dict:
+    # the importable module's function, not this one's: run as ``python -m``, this module is
+    # __main__ (and __mp_main__ in a worker), whose functions memo keys by their globals too
+    from nopelib.early_study import early_run as run
+
     torch.set_num_threads(1)  # one process per core
-    return memo(early_run, *job)
+    return memo(run, *job)
 
 
 def run_study(profile: str, tasks: Sequence[str], seeds: Sequence[int],
@@ -274,8 +278,10 @@ def main(argv: list[str] | None = None) -> None:
                          ("--ablations", args.ablations)):
         if len(set(values)) != len(values):
             parser.error(f"{name} {values} names one twice")
+    from nopelib.early_study import early_run as run  # the key _one caches it under
+
     todo = [job for job in jobs(args.profile, args.tasks, args.seeds, args.ablations)
-            if not is_cached(early_run, *job)]  # runs in the cache cost nothing
+            if not is_cached(run, *job)]  # runs in the cache cost nothing
     slow = training_time_problem(args.profile, len(todo), "cpu", RUN_SECONDS[args.profile],
                                  args.workers, basis="as measured on the development VM",
                                  allowed="fewer tasks, seeds or ablations, more --workers")

@@ -119,3 +119,21 @@ def test_hours_of_runs_are_refused_unless_asked_for_and_cached_runs_cost_nothing
     monkeypatch.delenv(ALLOW_SLOW_ENV)
     early_study.main(argv)  # the run is in the cache now: nothing to train, nothing gated
     assert results.load(tiny_study)["runs"][0]["task"] == "addition"
+
+
+def test_a_run_is_cached_under_the_module_s_key_whether_run_as_a_command_or_imported(
+        tiny_study):
+    import runpy
+    import sys
+
+    from nopelib import memo
+
+    argv = ["--tasks", "addition", "--seeds", "0", "--ablations", "none", "--out",
+            str(tiny_study)]
+    saved = sys.argv
+    sys.argv = ["early_study", *argv]
+    try:  # as ``python -m nopelib.early_study`` does: the module is __main__
+        runpy.run_module("nopelib.early_study", run_name="__main__")
+    finally:
+        sys.argv = saved
+    assert memo.is_cached(early_study.early_run, "addition", 0, "study", ())
