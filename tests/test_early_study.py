@@ -92,11 +92,17 @@ def test_the_tables_read_every_run_from_its_initialisation_on(tiny_study):
         below = g[g.layer1 < claims.FALLS_AT].step
         assert (below.min() if len(below) else float("nan")) == pytest.approx(
             row.falls_at, nan_ok=True)
+    assert (falls.last_layer1 >= falls.lowest_layer1).all()
     gaps = early_study.agreement(runs)
     assert (gaps.gap_without_mlp >= 0).all() and set(gaps.at_step) <= {0, 10, 20}
     table = early_study.causes(runs)
     assert list(table.ablation) == ["embedding", "embedding"]
     assert set(table.verdict) <= set(claims.CAUSE_VERDICTS) and (table.seeds == 3).all()
+    sentences = early_study.answers(falls, gaps, table)
+    assert set(sentences) == {"addition", "reversal"}
+    for task, text in sentences.items():  # each names its verdict, computed by the rule
+        verdict = table[table.task == task].verdict.iloc[0]
+        assert text.endswith(f": {verdict}.") and "missed the no-MLP score" in text
 
 
 def test_an_unknown_ablation_in_a_file_is_named():
