@@ -53,7 +53,7 @@ from nopelib.train import TRAJECTORY_SEED, train
 # steps, the paper's model (a step costs about 20 times more) over its first 500
 WINDOWS = {"study": (1_000, 10), "paper_study": (500, 10)}
 # one run's seconds on one loaded core of the 2-core development VM, curve points included
-# (measured: 4 to 6 minutes a run of the study model; the paper's model's 500 steps at about
+# (measured: 2.5 to 6 minutes a run of the study model; the paper's model's 500 steps at about
 # 1.3 s plus 50 points of about 15 s): the estimate the command's time gate uses
 RUN_SECONDS = {"study": 330.0, "paper_study": 1_400.0}
 N_INPUTS = 64  # trajectory inputs, for both models (the paper_study profile's own count)
