@@ -50,7 +50,7 @@ import torch
 from nopelib.metrics import adjacency_score, cosine_similarity_matrix
 from nopelib.model import GPT
 from nopelib.tasks import encode, encode_inputs
-from nopelib.theory import all_triples, comparison_probabilities
+from nopelib.theory import gram_row_scores
 
 
 @dataclass(frozen=True)
@@ -191,23 +191,6 @@ def predicted_layer1(texts: Sequence[str], patterns: Sequence[np.ndarray], block
     scores = []
     for text, A in zip(texts, patterns, strict=True):
         K, common = residual_gram_measured(encode(text), A, block)
-        T = K.shape[0]
-        idx = all_triples(T)  # [N, 3] as (k, i, j)
-        p = comparison_probabilities(K, idx, d, common)  # [N]
-        pairs = np.arange(2, T) * np.arange(1, T - 1) / 2  # C(k, 2) comparisons in row k
-        rows = np.bincount(idx[:, 0], weights=p, minlength=T)[2:] / pairs
-        scores.append(float(rows.mean()))
+        scores.append(float(gram_row_scores(K, d, common)[2:].mean()))
     return float(np.mean(scores))
-
-
-def uniform_patterns(texts: Sequence[str], n_head: int) -> list[np.ndarray]:
-    """Uniform causal attention of ``n_head`` heads on each input: the theory's assumption at
-    initialisation ([H, T, T] per input), to set beside the measured weights."""
-    _check_texts(texts)
-    out = []
-    for text in texts:
-        T = len(text)
-        A = np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None]
-        out.append(np.broadcast_to(A, (n_head, T, T)).copy())
-    return out
 

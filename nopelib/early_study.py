@@ -238,8 +238,7 @@ def agreement(runs: pd.DataFrame) -> pd.DataFrame:
 def causes(runs: pd.DataFrame) -> pd.DataFrame:
     """``claims.collapse_cause`` per task and ablation: each seed's lowest layer-1 score in
     the window (``claims.window_min``), unablated and ablated, and the verdict."""
-    lows = {key: claims.window_min(g.sort_values("step").step.tolist(),
-                                   g.sort_values("step").layer1.tolist())
+    lows = {key: claims.window_min(g.step.tolist(), g.layer1.tolist())  # order-free
             for key, g in runs.groupby(["task", "ablation", "seed"])}
     out = []
     for task in sorted({t for t, _, _ in lows}):

@@ -205,16 +205,21 @@ def predicted_row_scores(tokens: Sequence[int], rho: float, d: int) -> np.ndarra
     Each comparison (k; i < j) counts with P(C_kj > C_ki) (``comparison_probabilities``).
     """
     check_positive_int("d", d)
-    K = residual_gram(tokens, rho)
+    return gram_row_scores(residual_gram(tokens, rho), d)
+
+
+def gram_row_scores(K: np.ndarray, d: int, common: float = 0.0) -> np.ndarray:
+    """Gaussian-approximate adjacency row scores of states with expected Gram matrix K [T, T]
+    and a shared vector of squared norm ``common`` at width d: [T], NaN for rows 0, 1. Each
+    comparison (k; i < j) counts with P(C_kj > C_ki) (``comparison_probabilities``)."""
     T = K.shape[0]
     if T < 3:
         raise ValueError(f"tokens must have length >= 3 (rows k >= 2 have earlier pairs); got {T}")
     idx = all_triples(T)  # [N, 3] as (k, i, j)
-    p = comparison_probabilities(K, idx, d)  # [N]
+    p = comparison_probabilities(K, idx, d, common)  # [N]
     rows = np.full(T, np.nan)
-    k = idx[:, 0]
     pairs = np.arange(2, T) * np.arange(1, T - 1) / 2  # C(k, 2) comparisons in row k
-    rows[2:] = np.bincount(k, weights=p, minlength=T)[2:] / pairs
+    rows[2:] = np.bincount(idx[:, 0], weights=p, minlength=T)[2:] / pairs
     return rows
 
 

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from nopelib.theory import (LN_EPS, all_triples, check_positive_int, comparison_probabilities,
-                            embedding_ratio, residual_gram, value_scale)
+from nopelib.theory import (LN_EPS, check_positive_int, comparison_probabilities,
+                            embedding_ratio, gram_row_scores, residual_gram, value_scale)
 
 if TYPE_CHECKING:  # the closed forms read a configuration's fields; they build no model
     from nopelib.model import GPTConfig
@@ -121,11 +121,7 @@ def predict_config_score(config: GPTConfig, token_seqs: Sequence[Sequence[int]],
             raise ValueError(f"token_seqs[{n}] has length {T}; need >= 3")
         K = residual_gram(tokens, rho, window)
         if T * (T - 1) * (T - 2) // 6 <= max_triples:
-            idx = all_triples(T)
-            p = comparison_probabilities(K, idx, d, common)
-            k = idx[:, 0]
-            pairs = np.arange(2, T) * np.arange(1, T - 1) / 2  # C(k, 2) in row k
-            scores.append(np.mean(np.bincount(k, weights=p, minlength=T)[2:] / pairs))
+            scores.append(np.mean(gram_row_scores(K, d, common)[2:]))
         else:
             idx = sample_triples(T, max_triples, seed=seed + n)
             scores.append(comparison_probabilities(K, idx, d, common).mean())

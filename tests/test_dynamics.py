@@ -20,6 +20,16 @@ SMALL = GPTConfig(n_layer=2, n_head=4, n_embd=96, init_std=0.002)
 TEXTS = sample_inputs("reversal", 12, seed=0)
 
 
+def _uniform(texts: list[str], n_head: int) -> list[np.ndarray]:
+    """Uniform causal attention of ``n_head`` heads on each input ([H, T, T] each)."""
+    out = []
+    for text in texts:
+        T = len(text)
+        A = np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None]
+        out.append(np.broadcast_to(A, (n_head, T, T)).copy())
+    return out
+
+
 def test_the_attention_output_is_the_attention_weighted_sum_of_the_value_vectors():
     model = random_model(replace(SMALL, init_std=0.05), seed=1)  # attention far from uniform
     idx, _ = encode_inputs(TEXTS)
@@ -34,7 +44,7 @@ def test_uniform_attention_and_no_shared_direction_give_back_the_theory():
     block = dynamics.Block1(rho=0.3, value_common=0.0, embedding_common=0.0, entropy=1.0,
                             value_axis=0.1, embedding_axis=0.1,
                             score_without_mlp=0.9, embedding_rms=0.3, value_rms=1.0)
-    patterns = dynamics.uniform_patterns(TEXTS, n_head=4)
+    patterns = _uniform(TEXTS, n_head=4)
     tokens = encode(TEXTS[0])
     K, common = dynamics.residual_gram_measured(tokens, patterns[0], block)
     assert common == 0.0
@@ -51,7 +61,7 @@ def test_attention_on_the_own_token_alone_leaves_no_position_to_read():
     texts = ["0123456789"]  # distinct tokens: the expected Gram is diagonal
     own = [np.broadcast_to(np.eye(10), (4, 10, 10)).copy()]
     assert dynamics.predicted_layer1(texts, own, block, d=96) == pytest.approx(0.5)
-    uniform = dynamics.predicted_layer1(texts, dynamics.uniform_patterns(texts, 4), block, 96)
+    uniform = dynamics.predicted_layer1(texts, _uniform(texts, 4), block, 96)
     assert uniform > 0.9
 
 
@@ -59,7 +69,7 @@ def test_a_large_shared_direction_of_the_value_vectors_fades_the_predicted_patte
     block = dynamics.Block1(rho=0.3, value_common=0.0, embedding_common=0.0, entropy=1.0,
                             value_axis=0.1, embedding_axis=0.1,
                             score_without_mlp=0.9, embedding_rms=0.3, value_rms=1.0)
-    patterns = dynamics.uniform_patterns(TEXTS, 4)
+    patterns = _uniform(TEXTS, 4)
     scores = [dynamics.predicted_layer1(TEXTS, patterns, replace(block, value_common=c), 96)
               for c in (0.0, 0.9, 0.99)]
     # (the prediction is not monotone in the share: a moderate one can raise it slightly)
