@@ -1,26 +1,37 @@
 """Several seeds of one configuration trained as one batched model (for a GPU).
 
-A run of the paper's 10.6 M model at batch 256 leaves a large GPU mostly idle: every step is a
+A run of the paper's 10.6 M model at batch 64 leaves a large GPU mostly idle: every step is a
 few dozen small kernel launches. ``train_seeds`` trains S seeds of one task at once: the S
 models' parameters are stacked (``torch.func.stack_module_state``: every tensor gains a
 leading seed axis) and one vmapped forward and backward (``torch.func.vmap`` over
 ``torch.func.functional_call``) runs all S models, so each kernel does S runs' work.
 
 Each seed keeps everything that makes it that seed: its initialisation (``torch.manual_seed``,
-as ``train.train``), its train split, its shuffling generator and its AdamW state; gradient
-clipping is per seed (each seed's own global norm), and the loss summed over seeds gives each
-seed's parameters exactly its own gradient. What differs from separate runs is only rounding:
-a step pads every seed's batch to the longest row of all S batches (padding is ignored by the
-loss and, being later, unseen by a causal model's earlier positions), and the kernels reduce
-in another order. So a batched run equals a separate one within float tolerance, not bit for
-bit (tests/test_batched.py measures the difference), and is cached under its own key: its
-profile is ``profile.batched()``, named ``<name>+batched``. The loop is ``train.fit``, the one
-every run trains in; this module supplies the batched step.
+as ``train.train``), its train and validation splits, its shuffling generator, its AdamW state
+and its budget. Gradient clipping is per seed (each seed's own global norm), the loss summed
+over seeds gives each seed's parameters exactly its own gradient, and the optimizer
+(``StackedAdamW``) is AdamW with a learning rate per seed, so a budget that follows progress
+(``TrainProfile.stop_at``) is followed by every seed on its own: a seed whose budget is spent
+gets learning rate 0 and stops changing while the others train on. Every curve point records
+the seed's exact match, validation exact match and, with ``n_trajectory``, the adjacency
+score of every layer on the fixed task inputs, as ``train.train`` does. The group is
+checkpointed like a run (``nopelib.checkpoint``, keyed by its runs' keys): a stopped group
+goes on from its last checkpoint bit for bit.
+
+What differs from separate runs is only rounding: a step pads every seed's batch to the
+longest row of the seeds still training (padding is ignored by the loss and, being later,
+unseen by a causal model's earlier positions), and the kernels reduce in another order. So a
+batched run equals a separate one within float tolerance, not bit for bit
+(tests/test_batched.py measures the difference), and is cached under its own key: its profile
+is ``profile.batched()``, named ``<name>+batched``. The loop is ``train.fit``, the one every
+run trains in; this module supplies the batched step, curve and checkpointed state.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import math
 from pathlib import Path
 
 import numpy as np
@@ -29,11 +40,14 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
+from nopelib.checkpoint import RunCheckpoints
 from nopelib.model import GPT
 from nopelib.profiles import TrainProfile
 from nopelib.runs import Job, commit_run, score
-from nopelib.tasks import IGNORE_INDEX, MAX_SEQ_LEN, PAD_ID, encode_batch, make_split
-from nopelib.train import adamw, autocast_for, evaluate, fit
+from nopelib.tasks import (IGNORE_INDEX, MAX_SEQ_LEN, PAD_ID, encode_batch, make_split,
+                           sample_inputs)
+from nopelib.train import (TRAJECTORY_SEED, Checkpointing, autocast_for, evaluate, fit,
+                           trajectory_scores)
 
 
 class _Loss(nn.Module):
@@ -70,18 +84,74 @@ def _unstack(models: list[GPT], params: dict[str, torch.Tensor]) -> None:
                 p.copy_(params[name][s])
 
 
-def train_seeds(task: str, seeds: list[int], profile: TrainProfile,
-                device: torch.device) -> list[tuple[GPT, dict]]:
-    """Train ``seeds`` of (task, profile) as one batched model; per seed, the model (on
-    ``device``, eval mode) and the training metrics ``train.train`` records."""
+class StackedAdamW:
+    """AdamW (torch's update, decoupled decay on matrices and the tied embedding only) over
+    parameters stacked on a leading seed axis, with a learning rate per seed: torch's AdamW
+    takes one per group, and seeds that follow their own budgets need their own. A seed
+    stepped at learning rate 0 keeps its parameters bit for bit (its moments move, unread)."""
+
+    def __init__(self, params: dict[str, torch.Tensor], profile: TrainProfile,
+                 eps: float = 1e-8):
+        self.params = params  # {name: [S, ...]}
+        self.betas, self.eps = profile.betas, eps
+        # a matrix has two dimensions per model, three stacked
+        self.decay = {k: profile.weight_decay if p.dim() >= 3 else 0.0
+                      for k, p in params.items()}
+        self.exp_avg = {k: torch.zeros_like(p) for k, p in params.items()}
+        self.exp_avg_sq = {k: torch.zeros_like(p) for k, p in params.items()}
+        self.t = 0  # steps taken (the bias corrections')
+
+    def zero_grad(self) -> None:
+        for p in self.params.values():
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self, lrs: torch.Tensor) -> None:
+        """One AdamW step of every seed, seed s at learning rate ``lrs[s]`` ([S])."""
+        self.t += 1
+        beta1, beta2 = self.betas
+        bias1, bias2_sqrt = 1 - beta1 ** self.t, math.sqrt(1 - beta2 ** self.t)
+        for k, p in self.params.items():
+            lr = lrs.view(-1, *([1] * (p.dim() - 1)))  # [S, 1, ...]
+            if self.decay[k]:
+                p.mul_(1 - lr * self.decay[k])
+            m, v = self.exp_avg[k], self.exp_avg_sq[k]
+            m.lerp_(p.grad, 1 - beta1)
+            v.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
+            p.sub_(lr / bias1 * m / (v.sqrt() / bias2_sqrt).add_(self.eps))
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """Moments and parameters as named tensors, for a checkpoint."""
+        out = {f"params.{k}": p.detach() for k, p in self.params.items()}
+        out.update({f"exp_avg.{k}": t for k, t in self.exp_avg.items()})
+        out.update({f"exp_avg_sq.{k}": t for k, t in self.exp_avg_sq.items()})
+        return out
+
+    def load(self, tensors: dict[str, torch.Tensor], t: int) -> None:
+        with torch.no_grad():
+            for k, p in self.params.items():
+                p.copy_(tensors[f"params.{k}"])
+                self.exp_avg[k].copy_(tensors[f"exp_avg.{k}"])
+                self.exp_avg_sq[k].copy_(tensors[f"exp_avg_sq.{k}"])
+        self.t = t
+
+
+def group_key(keys: list[str]) -> str:
+    """The checkpoint key of a batched group: its runs' keys, in order."""
+    return hashlib.sha256(" ".join(keys).encode()).hexdigest()[:32]
+
+
+def train_seeds(task: str, seeds: list[int], profile: TrainProfile, device: torch.device,
+                checkpoints: RunCheckpoints | None = None) -> list[tuple[GPT, dict]]:
+    """Train ``seeds`` of (task, profile) as one batched model, each seed on its own budget
+    (from the group's newest usable checkpoint, given its ``checkpoints``, writing them as it
+    goes); per seed, the model (on ``device``, eval mode) and the training metrics
+    ``train.train`` records, trajectory included."""
     profile = profile.for_task(task)
-    if profile.stop_at or profile.n_trajectory:
-        raise ValueError(f"profile {profile.name!r}: batched seeds train a fixed budget "
-                         f"without a trajectory (stop_at={profile.stop_at}, n_trajectory="
-                         f"{profile.n_trajectory}; both must be 0): each seed's budget would "
-                         "follow its own progress")
-    S = len(seeds)
-    splits = [make_split(task, s, n_train=profile.n_train, n_test=profile.n_test) for s in seeds]
+    if len(set(seeds)) != len(seeds) or not seeds:
+        raise ValueError(f"seeds={seeds!r} must be distinct, at least one")
+    splits = [make_split(task, s, n_train=profile.n_train, n_test=profile.n_test,
+                         n_val=profile.n_val) for s in seeds]
     data = [encode_batch(sp.train, block_size=MAX_SEQ_LEN) for sp in splits]  # [N, T] pairs
     width = max(d[0].shape[1] for d in data)  # each split is padded to its own longest row
     idx_all = torch.stack([F.pad(d[0], (0, width - d[0].shape[1]), value=PAD_ID)
@@ -89,10 +159,13 @@ def train_seeds(task: str, seeds: list[int], profile: TrainProfile,
     tgt_all = torch.stack([F.pad(d[1], (0, width - d[1].shape[1]), value=IGNORE_INDEX)
                            for d in data]).to(device)  # [S, N, W]
     lengths = np.stack([[len(x) + len(a) + 1 for x, a in sp.train] for sp in splits])  # [S, N]
+    texts = sample_inputs(task, profile.n_trajectory, seed=TRAJECTORY_SEED)
     models = []
     for seed in seeds:
         torch.manual_seed(seed)  # each seed's own initialisation, as in train.train
         models.append(GPT(profile.model).to(device).train())
+    # a resumed group's own come back from its checkpoint (the same numbers)
+    run_fields = {"scores_init": [trajectory_scores(model, texts) for model in models]}
     params, buffers = stack_module_state(models)  # {name: [S, ...]}, leaves
     params = {k: v.detach().requires_grad_() for k, v in params.items()}
     # fused attention as train.train on the CPU (vmap loops over seeds there, a slow path the
@@ -108,49 +181,74 @@ def train_seeds(task: str, seeds: list[int], profile: TrainProfile,
                                (idx, tgt))
 
     losses_of = vmap(one)  # per-seed losses [S]
-    opt = adamw(params.values(), profile, stacked=True)
+    opt = StackedAdamW(params, profile)
     autocast = autocast_for(device, profile.precision)
 
-    def step(rows: np.ndarray, T: int, lr: float) -> torch.Tensor:
+    def step(rows: np.ndarray, T: int, lrs: list[float]) -> torch.Tensor:
         rows_t = torch.from_numpy(rows).to(device)  # [S, B]
         pick = rows_t[:, :, None].expand(*rows.shape, width)
         idx = idx_all.gather(1, pick)[:, :, :T]  # [S, B, T]
         targets = tgt_all.gather(1, pick)[:, :, :T]  # [S, B, T]
-        for group in opt.param_groups:
-            group["lr"] = lr
         with autocast:
             step_losses = losses_of(params, buffers, idx, targets)  # [S]
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad()
         step_losses.sum().backward()  # each seed's parameters get their own gradient
         _clip_per_seed([p.grad for p in params.values()], profile.grad_clip)
-        opt.step()
+        opt.step(torch.tensor(lrs, dtype=torch.float32, device=device))
         return step_losses.detach()
 
-    def curve() -> list[dict]:
+    def curve(due: list[int]) -> list[dict]:  # evaluate() switches to eval mode and back
         _unstack(models, params)
-        return [{"accuracy": evaluate(model, splits[s].test[:profile.n_curve],
-                                      profile.eval_batch_size)}
-                for s, model in enumerate(models)]
+        points = []
+        for s in due:
+            point = {"accuracy": evaluate(models[s], splits[s].test[:profile.n_curve],
+                                          profile.eval_batch_size)}
+            if splits[s].val:
+                point["val_accuracy"] = evaluate(models[s], splits[s].val,
+                                                 profile.eval_batch_size)
+            if texts:
+                point["scores"] = trajectory_scores(models[s], texts)
+            points.append(point)
+        return points
 
+    resumable = None
+    if checkpoints is not None:
+        shapes = {name: tuple(t.shape) for name, t in opt.state().items()}
+
+        def save() -> tuple[dict[str, torch.Tensor], dict]:
+            return opt.state(), {"t": opt.t, **run_fields}
+
+        def load(tensors: dict[str, torch.Tensor], saved: dict) -> None:
+            opt.load(tensors, saved["t"])
+            run_fields.update(scores_init=saved["scores_init"])
+
+        resumable = Checkpointing(checkpoints, shapes, save, load)
     metrics = fit(profile, seeds, lengths, step, curve, device,
-                  f"{task} seeds {list(seeds)}", progress=False)
+                  f"{task} seeds {list(seeds)}", progress=False, checkpointing=resumable)
     _unstack(models, params)
-    for m in metrics:
+    for s, m in enumerate(metrics):
         m["batched_seeds"] = list(seeds)
+        if texts:
+            m["scores_init"] = run_fields["scores_init"][s]
     return [(model.eval(), m) for model, m in zip(models, metrics)]
 
 
 def train_jobs(missing: list[Job], device: torch.device, root: Path) -> None:
     """The batched backend of ``launch.train_missing``: the missing seeds of each (task,
-    profile) trained as one batched model on ``device``, scored and committed to the run
-    cache under ``root`` (their profile is already the ``batched()`` one)."""
+    profile) trained as one batched model on ``device`` (going on from the group's newest
+    checkpoint, if a stopped call left one), scored and committed to the run folder ``root``
+    (their profile is already the ``batched()`` one); the group's checkpoints live beside it,
+    under ``root.parent / "checkpoints"``, as a run's do."""
     groups: dict[tuple[str, str], list[Job]] = {}
     for job in missing:
         groups.setdefault((job.task, job.profile.name), []).append(job)
     for jobs in groups.values():
         first = jobs[0]
-        trained = train_seeds(first.task, [job.seed for job in jobs], first.profile, device)
+        checkpoints = RunCheckpoints(root.parent / "checkpoints", group_key([j.key for j in jobs]))
+        trained = train_seeds(first.task, [job.seed for job in jobs], first.profile, device,
+                              checkpoints)
         for job, (model, metrics) in zip(jobs, trained):
             model, metrics = score(model, metrics, job.task, job.seed, job.profile, device,
                                    job.key)
             commit_run(root, job.key, model, metrics, job.profile)
+        checkpoints.clear()

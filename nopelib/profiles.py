@@ -408,12 +408,15 @@ PROFILES: dict[str, TrainProfile] = {
 
 
 def get_profile(profile: str | TrainProfile) -> TrainProfile:
-    """The profile called ``profile`` (a TrainProfile passes through, e.g. a test's tiny one)."""
+    """The profile called ``profile`` (a TrainProfile passes through, e.g. a test's tiny one);
+    ``<name>+batched`` is the ``batched()`` twin of a known profile, as its runs record it."""
     if isinstance(profile, TrainProfile):
         return profile
-    if profile not in PROFILES:
-        raise ValueError(f"profile={profile!r} is unknown; allowed: {sorted(PROFILES)}")
-    return PROFILES[profile]
+    base = profile.removesuffix(BATCHED_SUFFIX) if isinstance(profile, str) else profile
+    if base not in PROFILES:
+        raise ValueError(f"profile={profile!r} is unknown; allowed: {sorted(PROFILES)}, "
+                         f"each also as its batched twin '<name>{BATCHED_SUFFIX}'")
+    return PROFILES[base] if base == profile else PROFILES[base].batched()
 
 
 def check_seed(seed: object) -> None:

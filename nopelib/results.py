@@ -49,7 +49,8 @@ from nopelib.claims import past_plateau
 from nopelib.launch import BACKENDS
 from nopelib.model import GPTConfig
 from nopelib.probe import FEATURE_SETS
-from nopelib.profiles import MAX_SEED, PRECISIONS, PROFILES, TrainProfile
+from nopelib.profiles import (BATCHED_SUFFIX, MAX_SEED, PRECISIONS, PROFILES,
+                              TrainProfile, get_profile)
 from nopelib.tasks import TASKS
 
 RESULTS_DIR = cache.PACKAGE_DIR.parent / "book" / "results"
@@ -384,10 +385,12 @@ def _profile_record(name: str, provenance: dict) -> TrainProfile:
 
 def _known_profile(name: str, provenance: dict) -> TrainProfile:
     profile = provenance["profile"]
-    if profile not in PROFILES:
+    try:
+        return get_profile(profile)
+    except ValueError:
         raise _bad(f"{name}: provenance.profile", profile,
-                   f"one of the profiles {sorted(PROFILES)}")
-    return PROFILES[profile]
+                   f"one of the profiles {sorted(PROFILES)}, or its batched twin "
+                   f"'<name>{BATCHED_SUFFIX}'") from None
 
 
 def _fingerprint(value: Any) -> bytes:

@@ -87,18 +87,16 @@ def autocast_for(device: torch.device, precision: str = "float32") -> AbstractCo
     return nullcontext()
 
 
-def adamw(params: Iterable[torch.Tensor], profile: TrainProfile, fused: bool | None = None,
-          stacked: bool = False) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices (and the tied embedding) only, as in nanoGPT;
-    ``stacked`` parameters carry a leading seed dimension (``nopelib.batched``).
+def adamw(params: Iterable[torch.Tensor], profile: TrainProfile,
+          fused: bool | None = None) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices (and the tied embedding) only, as in nanoGPT.
 
     ``fused`` selects the single-kernel update; None picks it on CUDA, as nanoGPT does there (on
     the CPU it bought 2 % in the benchmark, so the CPU keeps the default).
     """
     params = [p for p in params if p.requires_grad]
-    matrix = 3 if stacked else 2  # a matrix has two dimensions per model
-    decay = [p for p in params if p.dim() >= matrix]
-    no_decay = [p for p in params if p.dim() < matrix]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": profile.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
     if fused is None:
@@ -127,14 +125,14 @@ def train_step(
     return loss.detach()
 
 
-
-
-# one optimizer step: (rows [S, B] of each model's training split, T positions, learning
-# rate) -> each model's loss [S], detached, on the device
-StepFn = Callable[[np.ndarray, int, float], torch.Tensor]
-# one curve point of every model: [S] dicts with "accuracy" (exact match on the first n_curve
-# test examples) and, where the profile asks for them, "val_accuracy" and "scores"
-CurveFn = Callable[[], list[dict]]
+# one optimizer step: (rows [S, B] of each model's training split, T positions, each model's
+# learning rate [S]; 0.0 for a model whose run has ended, which must then not change) -> each
+# model's loss [S], detached, on the device
+StepFn = Callable[[np.ndarray, int, list[float]], torch.Tensor]
+# one curve point of the models named by their indices: a dict each with "accuracy" (exact
+# match on the first n_curve test examples) and, where the profile asks for them,
+# "val_accuracy" and "scores"
+CurveFn = Callable[[list[int]], list[dict]]
 
 
 @dataclass(frozen=True)
@@ -187,31 +185,41 @@ class Checkpointing:
 @dataclass
 class _Loop:
     """Where ``fit``'s loop stands, the models aside: all that a resumed run needs to go on as
-    if it had never stopped (``tensors`` and ``fields`` are its part of a checkpoint)."""
+    if it had never stopped (``tensors`` and ``fields`` are its part of a checkpoint). Each
+    model has its own budget (``end``, ``decay_from``, ``relearning``, ``restarts``): models
+    trained side by side follow their own progress, and one whose budget is spent stops
+    changing while the others go on."""
 
     gens: list[np.random.Generator]  # each model's data order
     orders: list[np.ndarray]  # each model's permutation of its rows, this epoch
     loss_sum: torch.Tensor  # [S], summed on the device, read every log_every
     curves: list[dict[str, list]]  # each model's learning curve
-    end: int  # the run's last step, once its budget is known
+    end: list[int]  # each model's last step, once its budget is known
     cursor: int = 0  # rows of this epoch drawn
     i: int = 0  # steps taken
-    losses: list[list[float]] = field(default_factory=list)  # [log points][S]
+    losses: list[list[float]] = field(default_factory=list)  # each model's [log points]
     curve_seconds: float = 0.0
-    tokens: int = 0
-    decay_from: int | None = None  # where the tail began (a budget that follows progress)
-    relearning: bool = False  # below relearn_below in the tail
-    restarts: list[int] = field(default_factory=list)  # where the tail was counted afresh
+    tokens: list[int] = field(default_factory=list)  # each model's tokens trained on
+    decay_from: list[int | None] = field(default_factory=list)  # where each tail began
+    relearning: list[bool] = field(default_factory=list)  # below relearn_below in the tail
+    restarts: list[list[int]] = field(default_factory=list)  # where tails were counted afresh
     seconds: float = 0.0  # training seconds of the run's earlier segments (before a stop)
     resumed_at: list[int] = field(default_factory=list)  # the steps it went on from
+    ended_seconds: list[float | None] = field(default_factory=list)  # training s at each end
 
     @classmethod
     def start(cls, seeds: Sequence[int], n_rows: int, steps: int,
               device: torch.device) -> _Loop:
-        gens = [np.random.default_rng(seed) for seed in seeds]
+        gens, S = [np.random.default_rng(seed) for seed in seeds], len(seeds)
         return cls(gens, [g.permutation(n_rows) for g in gens],
-                   torch.zeros(len(seeds), device=device),
-                   [defaultdict(list) for _ in seeds], end=steps)
+                   torch.zeros(S, device=device), [defaultdict(list) for _ in seeds],
+                   end=[steps] * S, losses=[[] for _ in seeds], tokens=[0] * S,
+                   decay_from=[None] * S, relearning=[False] * S,
+                   restarts=[[] for _ in seeds], ended_seconds=[None] * S)
+
+    def live(self) -> list[int]:
+        """The models whose budget has steps left."""
+        return [s for s, end in enumerate(self.end) if self.i < end]
 
     def draw(self, batch_size: int) -> np.ndarray:
         """Each model's next batch of rows [S, B]: a new permutation every epoch, the ragged
@@ -223,19 +231,20 @@ class _Loop:
         self.cursor += batch_size
         return rows
 
-    def follow(self, profile: TrainProfile, val: float) -> None:
-        """The budget that follows progress, at a curve point whose lowest validation exact
-        match is ``val`` (see ``fit``)."""
+    def follow(self, profile: TrainProfile, s: int, val: float) -> None:
+        """Model ``s``'s budget that follows progress, at a curve point where its validation
+        exact match is ``val`` (see ``fit``)."""
         i, cap = self.i, profile.steps
-        if self.decay_from is None and val >= profile.stop_at:
-            self.decay_from, self.end = i, min(cap, i + profile.tail_steps(i))
-        elif self.decay_from is not None and val < profile.relearn_below:
-            self.relearning = True  # lost in the tail: the run may not end like this
-        elif self.relearning and val >= profile.stop_at:
-            self.relearning, self.end = False, max(self.end, min(cap, i + profile.tail_steps(i)))
-            self.restarts.append(i)
-        if self.relearning:
-            self.end = max(self.end, min(cap, i + profile.curve_every))
+        if self.decay_from[s] is None and val >= profile.stop_at:
+            self.decay_from[s], self.end[s] = i, min(cap, i + profile.tail_steps(i))
+        elif self.decay_from[s] is not None and val < profile.relearn_below:
+            self.relearning[s] = True  # lost in the tail: the run may not end like this
+        elif self.relearning[s] and val >= profile.stop_at:
+            self.relearning[s] = False
+            self.end[s] = max(self.end[s], min(cap, i + profile.tail_steps(i)))
+            self.restarts[s].append(i)
+        if self.relearning[s]:
+            self.end[s] = max(self.end[s], min(cap, i + profile.curve_every))
 
     def tensors(self) -> dict[str, torch.Tensor]:
         # torch's generator draws nothing in a run today (no dropout); kept for one that does
@@ -252,7 +261,7 @@ class _Loop:
                 "curves": [dict(c) for c in self.curves], "curve_seconds": self.curve_seconds,
                 "tokens": self.tokens, "end": self.end, "decay_from": self.decay_from,
                 "relearning": self.relearning, "restarts": self.restarts, "seconds": seconds,
-                "resumed_at": self.resumed_at}
+                "resumed_at": self.resumed_at, "ended_seconds": self.ended_seconds}
 
     @classmethod
     def restored(cls, tensors: dict[str, torch.Tensor], fields: dict,
@@ -264,15 +273,20 @@ class _Loop:
             gen.bit_generator.state = state  # another generator's state is a ValueError
             gens.append(gen)
         orders = list(tensors["loop.orders"].numpy())
-        if len(gens) != len(orders):
-            raise ValueError(f"{len(gens)} generators for {len(orders)} data orders")
+        per_model = ("losses", "curves", "tokens", "end", "decay_from", "relearning",
+                     "restarts", "ended_seconds")
+        wrong = [name for name in per_model if len(fields[name]) != len(gens)]
+        if len(gens) != len(orders) or wrong:
+            raise ValueError(f"{len(gens)} generators for {len(orders)} data orders and "
+                             f"per-model fields {wrong} of other lengths")
         return cls(gens, orders, tensors["loop.loss_sum"].to(device),
                    [defaultdict(list, c) for c in fields["curves"]], end=fields["end"],
                    cursor=fields["cursor"], i=fields["i"], losses=fields["losses"],
                    curve_seconds=fields["curve_seconds"], tokens=fields["tokens"],
                    decay_from=fields["decay_from"], relearning=fields["relearning"],
                    restarts=fields["restarts"], seconds=fields["seconds"],
-                   resumed_at=[*fields["resumed_at"], fields["i"]])
+                   resumed_at=[*fields["resumed_at"], fields["i"]],
+                   ended_seconds=fields["ended_seconds"])
 
 
 def _resume(checkpointing: Checkpointing, fresh: _Loop, device: torch.device) -> _Loop:
@@ -300,56 +314,70 @@ def fit(profile: TrainProfile, seeds: Sequence[int], lengths: np.ndarray, step: 
     """The training loop of ``len(seeds)`` models trained side by side (one, for a plain run).
 
     ``lengths`` [S, N] holds each model's training rows' lengths (input + answer + end token):
-    each batch is cut to its longest row, decided on the host without a device sync. Every
-    model draws its rows from its own ``numpy.random.default_rng(seed)``, a fresh permutation
-    each epoch (the ragged tail dropped). ``curve()`` scores every model at the profile's curve
-    steps (``TrainProfile.is_curve_step``), outside the timed steps. With ``profile.stop_at``
-    the budget follows progress: once every model's validation exact match is at ``stop_at``
-    at a curve point, the run trains ``profile.tail_steps`` more steps with a decaying learning
-    rate and ends (``steps`` caps it); with ``profile.relearn_below``, a validation point below
-    it in the tail keeps the run going, and the tail is counted afresh once validation is back
-    at ``stop_at``. With ``checkpointing`` the run goes on from its newest usable checkpoint
-    and writes one whenever one is due (``checkpoint.RunCheckpoints.due``), outside the timed
-    steps: a resumed run ends bit for bit as an uninterrupted one.
-    Returns each model's training metrics."""
+    each batch is cut to the longest row of the models still training, decided on the host
+    without a device sync. Every model draws its rows from its own
+    ``numpy.random.default_rng(seed)``, a fresh permutation each epoch (the ragged tail
+    dropped). ``curve(models)`` scores the models at their curve steps
+    (``TrainProfile.is_curve_step``), outside the timed steps. With ``profile.stop_at`` each
+    model's budget follows its own progress: once its validation exact match is at
+    ``stop_at`` at a curve point, it trains ``profile.tail_steps`` more steps with a decaying
+    learning rate and ends (``steps`` caps it); with ``profile.relearn_below``, a validation
+    point below it in the tail keeps it going, and the tail is counted afresh once validation
+    is back at ``stop_at``. A model whose budget is spent gets learning rate 0.0 from the
+    step function while the others go on. With ``checkpointing`` the run goes on from its
+    newest usable checkpoint and writes one whenever one is due
+    (``checkpoint.RunCheckpoints.due``), outside the timed steps: a resumed run ends bit for
+    bit as an uninterrupted one. Returns each model's training metrics."""
     S, N = lengths.shape
     B = profile.batch_size
     run = _Loop.start(seeds, N, profile.steps, device)
     if checkpointing is not None:
         run = _resume(checkpointing, run, device)
-    bar = tqdm(total=run.end, initial=run.i, desc=desc, disable=not progress, mininterval=1.0)
+    bar = tqdm(total=max(run.end), initial=run.i, desc=desc, disable=not progress,
+               mininterval=1.0)
     _sync(device)
     start, untimed = time.perf_counter(), 0.0  # untimed: curve points and checkpoints
-    while run.i < run.end:
+    while live := run.live():
         rows = run.draw(B)  # [S, B]
-        T = int(np.take_along_axis(lengths, rows, axis=1).max()) - 1  # positions that predict
-        run.tokens += S * B * T
-        lr = profile.lr_at(run.i, run.decay_from, run.end)
-        step_losses = step(rows, T, lr)  # [S]
+        # positions that predict, for the models still training
+        T = int(np.take_along_axis(lengths[live], rows[live], axis=1).max()) - 1
+        lrs = [0.0] * S
+        for s in live:
+            run.tokens[s] += B * T
+            lrs[s] = profile.lr_at(run.i, run.decay_from[s], run.end[s])
+        step_losses = step(rows, T, lrs)  # [S]
         run.loss_sum += step_losses
         run.i += 1
         i = run.i
-        if i % profile.log_every == 0 or i == run.end:
+        logged = [s for s in live if i % profile.log_every == 0 or i == run.end[s]]
+        if logged:
             n = ((i - 1) % profile.log_every) + 1
-            run.losses.append([x / n for x in run.loss_sum.tolist()])  # the one host sync
-            run.loss_sum.zero_()
-            bar.set_postfix(loss=f"{np.mean(run.losses[-1]):.4f}")
+            sums = run.loss_sum.tolist()  # the one host sync
+            for s in logged:
+                run.losses[s].append(sums[s] / n)
+                run.loss_sum[s] = 0.0
+            bar.set_postfix(loss=f"{np.mean([run.losses[s][-1] for s in logged]):.4f}")
             bar.update(n)
-        if profile.is_curve_step(i, run.end):
+        due = [s for s in live if profile.is_curve_step(i, run.end[s])]
+        if due:
             # curve() draws no random numbers: the trajectory is the same without a curve
             tic = time.perf_counter()
-            points = curve()
-            for s, point in enumerate(points):
+            for s, point in zip(due, curve(due)):
                 run.curves[s]["step"].append(i)
                 run.curves[s]["loss"].append(float(step_losses[s]))
-                run.curves[s]["lr"].append(lr)  # of the step just taken
+                run.curves[s]["lr"].append(lrs[s])  # of the step just taken
                 for name, value in point.items():
                     run.curves[s][name].append(value)
+                if profile.stop_at:
+                    run.follow(profile, s, point["val_accuracy"])
+            bar.total = max(run.end)
             run.curve_seconds += time.perf_counter() - tic
             untimed += time.perf_counter() - tic
-            if profile.stop_at:
-                run.follow(profile, min(p["val_accuracy"] for p in points))
-                bar.total = run.end
+        ended = [s for s in live if i >= run.end[s]]
+        if ended:
+            _sync(device)
+            for s in ended:
+                run.ended_seconds[s] = run.seconds + time.perf_counter() - start - untimed
         if checkpointing is not None and checkpointing.checkpoints.due(i):
             _sync(device)
             tic = time.perf_counter()
@@ -358,22 +386,22 @@ def fit(profile: TrainProfile, seeds: Sequence[int], lengths: np.ndarray, step: 
             checkpointing.checkpoints.save(i, {**tensors, **run.tensors()},
                                            {"loop": run.fields(so_far), "caller": fields})
             untimed += time.perf_counter() - tic
-    _sync(device)
-    seconds = run.seconds + time.perf_counter() - start - untimed
     bar.close()
     out = []
     for s in range(S):
-        curve_s = [row[s] for row in run.losses]
-        metrics = {"train_seconds": seconds, "steps": run.end,
-                   "step_ms": 1000 * seconds / run.end, "tokens_per_s": run.tokens / seconds,
-                   "final_loss": curve_s[-1], "loss_curve": curve_s, "device": str(device),
-                   "resumed_at": run.resumed_at}
+        seconds = run.ended_seconds[s]
+        metrics = {"train_seconds": seconds, "steps": run.end[s],
+                   "step_ms": 1000 * seconds / run.end[s],
+                   "tokens_per_s": run.tokens[s] / seconds, "final_loss": run.losses[s][-1],
+                   "loss_curve": run.losses[s], "device": str(device),
+                   # a stop after this model's end did not stop it
+                   "resumed_at": [at for at in run.resumed_at if at <= run.end[s]]}
         if profile.curve_every:
             metrics["curve"] = dict(run.curves[s])
             metrics["curve_seconds"] = run.curve_seconds
         if profile.stop_at:
-            metrics["decay_from"] = run.decay_from  # None: the cap ended the run first
-            metrics["tail_restarts"] = run.restarts  # steps where the tail was counted afresh
+            metrics["decay_from"] = run.decay_from[s]  # None: the cap ended the run first
+            metrics["tail_restarts"] = run.restarts[s]  # steps where the tail began afresh
         out.append(metrics)
     return out
 
@@ -412,17 +440,17 @@ def train(
     resumable = (None if checkpoints is None
                  else Checkpointing.of_model(checkpoints, model, opt, run_fields))
 
-    def step(rows: np.ndarray, T: int, lr: float) -> torch.Tensor:
+    def step(rows: np.ndarray, T: int, lrs: list[float]) -> torch.Tensor:
         rows_t = torch.from_numpy(rows[0]).to(device)
         idx, targets = idx_all[rows_t, :T], tgt_all[rows_t, :T]  # [B, T]
         for group in opt.param_groups:
-            group["lr"] = lr
+            group["lr"] = lrs[0]
         loss = train_step(model, opt, idx, targets, profile.grad_clip, autocast)
         if held is not None:
             held.restore()
         return loss[None]  # [1]
 
-    def curve() -> list[dict]:  # evaluate() switches to eval mode and back
+    def curve(_: list[int]) -> list[dict]:  # evaluate() switches to eval mode and back
         point = {"accuracy": evaluate(model, split.test[:profile.n_curve],
                                       profile.eval_batch_size)}
         if split.val:

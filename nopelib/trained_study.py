@@ -132,13 +132,17 @@ def cached_runs(profile: TrainProfile, tasks: Sequence[str], seeds: Sequence[int
 
 def run_study(profile: str | TrainProfile, tasks: Sequence[str], seeds: Sequence[int],
               device: str = "auto", workers: int | None = None,
-              probe_fit_tokens: int = PROBE_FIT_TOKENS,
-              cached_only: bool = False) -> tuple[dict[str, list[dict]], dict[str, int]]:
-    """Train (or load) every (task, seed) of ``profile`` in one pool; per task, the run
-    records (``run_record``, with probes fitted on ``probe_fit_tokens`` tokens), and how many
-    of them came from the cache. ``cached_only``: train nothing, record the runs the cache
-    holds (a task with none is left out)."""
+              probe_fit_tokens: int = PROBE_FIT_TOKENS, cached_only: bool = False,
+              backend: str = "local") -> tuple[dict[str, list[dict]], dict[str, int]]:
+    """Train (or load) every (task, seed) of ``profile`` on ``backend`` (``launch``: one
+    pool, or ``batched``: each task's seeds as one batched model, keyed and recorded under the
+    profile's ``batched()`` twin); per task, the run records (``run_record``, with probes
+    fitted on ``probe_fit_tokens`` tokens), and how many of them came from the cache.
+    ``cached_only``: train nothing, record the runs the cache holds (a task with none is left
+    out)."""
     prof = get_profile(profile)
+    if backend == "batched":
+        prof = prof.batched()
     for task in tasks:
         get_task(task)
     for seed in seeds:
@@ -149,7 +153,7 @@ def run_study(profile: str | TrainProfile, tasks: Sequence[str], seeds: Sequence
         runs = cached_runs(prof, tasks, seeds, device)
     else:
         runs = train_many([(t, s) for t in tasks for s in seeds], prof, device=device,
-                          workers=workers)
+                          workers=workers, backend=backend)
     by_task = {task: [run_record(runs[task, s], probe_fit_tokens) for s in seeds
                       if (task, s) in runs] for task in tasks}
     by_task = {task: records for task, records in by_task.items() if records}
@@ -241,6 +245,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="training processes on the CPU (default: one per core)")
     parser.add_argument("--probe-fit-tokens", type=int, default=PROBE_FIT_TOKENS,
                         help="probed tokens in each fitting split of the probes")
+    parser.add_argument("--backend", default="local", choices=["local", "batched"],
+                        help="local: one run per process (CPU) or after another (GPU); "
+                             "batched: each task's seeds as one batched model (a GPU), "
+                             "written as the profile's '+batched' twin")
     parser.add_argument("--cached-only", action="store_true",
                         help="train nothing: write the runs the cache holds (a study in "
                              "flight: k of the seeds)")
@@ -249,6 +257,8 @@ def main(argv: list[str] | None = None) -> None:
                                 training_time_problem)
 
     prof = PROFILES[args.profile]
+    if args.backend == "batched":  # its own runs, files and committed records
+        prof = prof.batched()
     seeds = list(prof.seeds) if args.seeds is None else args.seeds
     names = [f"trained_{prof.name}_{task}.json" for task in args.tasks]
     check_args(parser, {  # exit 2 now, not after hours of training
@@ -289,7 +299,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("\n  ".join(problems))
     start = time.perf_counter()
     by_task, from_cache = run_study(prof, args.tasks, seeds, args.device, args.workers,
-                                    args.probe_fit_tokens, args.cached_only)
+                                    args.probe_fit_tokens, args.cached_only, args.backend)
     for task, records in by_task.items():
         out = args.out_dir / f"trained_{prof.name}_{task}.json"
         records = merged(out, records, training, args.replace)

@@ -658,9 +658,3 @@ def test_scoring_the_trajectory_leaves_the_run_as_it_would_be_unscored():
     assert a["loss_curve"] == b["loss_curve"]
     for p0, p1 in zip(m0.parameters(), m1.parameters()):
         assert torch.equal(p0, p1)
-
-
-def test_batched_seeds_refuse_a_budget_that_follows_progress():
-    from nopelib.batched import train_seeds
-    with pytest.raises(ValueError, match="fixed budget"):
-        train_seeds("reversal", [0, 1], ADAPTIVE, torch.device("cpu"))

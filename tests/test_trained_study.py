@@ -120,3 +120,26 @@ def test_a_study_in_flight_writes_the_seeds_it_has_and_grows_by_seed(tmp_path, m
     # a cached-only rewrite of every seed keeps both, from the cache
     ts.main([*argv, "--cached-only"])
     assert [r["seed"] for r in results.load(path)["runs"]] == [0, 1]
+
+
+def test_the_batched_study_command_writes_the_profiles_batched_twin(tmp_path, monkeypatch):
+    # the GPU command's tiny version on the CPU: every seed of a task as one batched model,
+    # each on its own budget, written as the profile's '+batched' twin beside the plain study
+    monkeypatch.setitem(profiles.PROFILES, TINY.name, TINY)
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = ["--profile", TINY.name, "--tasks", "ordering", "--device", "cpu",
+            "--out-dir", str(out), "--probe-fit-tokens", "100", "--backend", "batched"]
+    ts.main(argv)
+    path = out / f"trained_{TINY.name}+batched_ordering.json"
+    doc = results.load(path)
+    assert [p.name for p in out.iterdir()] == [path.name]
+    assert doc["provenance"]["profile"] == TINY.batched().name
+    assert doc["provenance"]["runs_from_cache"] == 0
+    assert [r["seed"] for r in doc["runs"]] == [0, 1]
+    for run in doc["runs"]:
+        assert run["profile"] == TINY.batched().name
+        assert run["trajectory"]["step"][-1] == run["steps"]
+    ts.main([*argv, "--cached-only"])  # the runs are in the cache under the twin's keys
+    again = results.load(path)
+    assert again["runs"] == doc["runs"] and again["provenance"]["runs_from_cache"] == 2
