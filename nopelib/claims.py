@@ -557,3 +557,96 @@ def largest_gap(steps: Sequence[int], predicted: Sequence[float],
     gaps = np.abs(predicted - measured)
     k = int(np.nanargmax(gaps))
     return float(gaps[k]), int(steps[k])
+
+
+# ---------------------------------------------------------------------------------------------
+# beyond the paper: a NoPE language model on real text (nopelib.corpus)
+
+TEXT_CONTEXT = 256  # the text models' trained context (characters)
+TEXT_LENGTHS = (32, 64, 128, 256, 512, 1024)  # held-out lengths scored: within and beyond it
+TEXT_ENCODINGS = ("none", "learned")  # NoPE, and a learned position embedding of its size
+TEXT_MIN_SEEDS = 3  # per encoding: the fewest seeds a text verdict is given on
+# a score: one layer's adjacency score averaged over TEXT_WINDOWS windows of the test books
+# (nopelib.corpus.Corpus.windows, seed TEXT_WINDOW_SEED), the same windows for every model
+TEXT_WINDOWS = 32
+TEXT_WINDOW_SEED = 0
+TEXT_CLAIMS = (
+    ("text: layer 1 shows the pattern at initialisation",
+     "NoPE, initialised: layer 1 above 0.6 at every length"),
+    ("text: layer 1 shows the pattern after training",
+     "NoPE, trained: layer 1 above 0.6 at every length up to the context"),
+    ("text: layer 1 in the paper's range after training",
+     "NoPE, trained: layer 1 at least 0.8 at every length up to the context"),
+    ("text: every layer shows the pattern after training",
+     "NoPE, trained: every layer from 1 above 0.6 at the context length"),
+    ("text: the pattern reaches past the trained length",
+     "NoPE, trained: layer 1 above 0.6 at every length beyond the context"),
+    ("4 on text: later layers weaken it",
+     "NoPE, trained: the last layer minus layer 1 below 0 at the context length"),
+    ("text: what NoPE pays",
+     "test bits per character, NoPE minus learned position, paired by seed, above 0"),
+)
+TEXT_RULE = (f"the seed as the unit (at least {TEXT_MIN_SEEDS} per encoding); a score is the "
+             "mean adjacency score of one layer over the held-out windows of one length; "
+             "one-sided t bounds, each reading one family, holds / fails / cannot tell as for "
+             "the paper's claims; the trained readings only when every trained NoPE seed's "
+             "test bits per character lies below the unigram baseline (else 'not trained')")
+
+
+def text_claims(scores: pd.DataFrame, bpc: pd.DataFrame, baseline_bpc: float,
+                alpha: float = ALPHA) -> pd.DataFrame:
+    """Every test of the text readings (``TEXT_CLAIMS``), fixed before the text study ran.
+
+    ``scores``: one row per (encoding, stage, seed, layer, length) with the mean adjacency
+    score over that length's held-out windows (stage "init" or "trained"); ``bpc``: one row
+    per (encoding, seed) with ``test_bpc``, the trained model's bits per character on the
+    test books; ``baseline_bpc``: the unigram baseline (the training text's character
+    entropy), which every trained NoPE seed must beat for the trained readings to be judged:
+    otherwise they are reported as "not trained" (a model that learned nothing says nothing
+    about trained models). The position probes on text are judged by ``probe_claims``, the
+    probes chapter's rule, unchanged. Rows as ``init_claims``'s, plus ``note``."""
+    need = {"encoding", "stage", "seed", "layer", "length", "score"}
+    if not need <= set(scores.columns) or not {"encoding", "seed", "test_bpc"} <= set(bpc):
+        raise ValueError(f"text_claims: scores need columns {sorted(need)}, bpc needs "
+                         "encoding, seed, test_bpc")
+    seeds = {enc: sorted(bpc.loc[bpc.encoding == enc, "seed"]) for enc in TEXT_ENCODINGS}
+    if any(len(s) < TEXT_MIN_SEEDS for s in seeds.values()):
+        raise ValueError(f"text_claims: seeds per encoding {seeds}; each needs at least "
+                         f"{TEXT_MIN_SEEDS}")
+    nope = scores[scores.encoding == "none"]
+
+    def wide(stage: str, length: int) -> pd.DataFrame:  # [seed, layer]
+        at = nope[(nope.stage == stage) & (nope.length == length)]
+        return at.pivot_table(index="seed", columns="layer", values="score")
+
+    within = [n for n in TEXT_LENGTHS if n <= TEXT_CONTEXT]
+    beyond = [n for n in TEXT_LENGTHS if n > TEXT_CONTEXT]
+    floor = CHANCE + NEAR_CHANCE
+    tests = [(*TEXT_CLAIMS[0], f"{n} chars", 1, wide("init", n)[1], floor, True)
+             for n in TEXT_LENGTHS]
+    trained = [(*TEXT_CLAIMS[1], f"{n} chars", 1, wide("trained", n)[1], floor, True)
+               for n in within]
+    trained += [(*TEXT_CLAIMS[2], f"{n} chars", 1, wide("trained", n)[1], KEEPS_AT, True)
+                for n in within]
+    at_context = wide("trained", TEXT_CONTEXT)
+    trained += [(*TEXT_CLAIMS[3], f"{TEXT_CONTEXT} chars", i, at_context[i], floor, True)
+                for i in at_context if i]
+    trained += [(*TEXT_CLAIMS[4], f"{n} chars", 1, wide("trained", n)[1], floor, True)
+                for n in beyond]
+    last = int(at_context.columns.max())
+    trained.append((*TEXT_CLAIMS[5], f"{TEXT_CONTEXT} chars", last,
+                    at_context[last] - at_context[1], 0.0, False))
+    paired = bpc.pivot_table(index="seed", columns="encoding", values="test_bpc").dropna()
+    trained.append((*TEXT_CLAIMS[6], "test books", -1, paired["none"] - paired["learned"],
+                    0.0, True))
+    learned = bool((bpc.loc[bpc.encoding == "none", "test_bpc"] < baseline_bpc).all())
+    if learned:
+        judged = _judge_families(tests + trained, alpha).assign(note="")
+    else:  # a model that learned nothing says nothing about trained models
+        judged = _judge_families(tests, alpha).assign(note="")
+        skipped = pd.DataFrame([dict(claim=c, reading=r, group=g, layer=layer, bound=b,
+                                     above=a, n=len(v), verdict="cannot tell",
+                                     note="not trained")
+                                for c, r, g, layer, v, b, a in trained])
+        judged = pd.concat([judged, skipped], ignore_index=True)
+    return judged

@@ -6,9 +6,9 @@ hand, or broken by a merge, must not turn into a wrong verdict (a NaN accuracy t
 "learned", a negative tail that drops a task, a run copied under another seed that counts as
 one more model), nor fail after a chapter's 20 minutes of training with a bare ``KeyError``.
 So every file is read through ``load``: its kind comes from its name (``trained_*``,
-``recipe_*``, ``grid_*``, ``long_*``, ``kernels_*``, ``precision_*``, ``early_*``), it is
-checked against that kind's schema, and any problem raises ResultsError naming the file, the
-field, the value and what is allowed. A schema covers every field a chapter, the scorecard or a
+``recipe_*``, ``grid_*``, ``long_*``, ``kernels_*``, ``precision_*``, ``early_*``,
+``text_*``), it is checked against that kind's schema, and any problem raises ResultsError
+naming the file, the field, the value and what is allowed. A schema covers every field a chapter, the scorecard or a
 command reads: types, ranges and finiteness, enumerations (tasks, profiles, position encodings,
 precisions, probe feature sets, backends), lists of one length, layer lists complete over the
 model's layers and alike in every run, each run's identity once (no seed twice, none but the
@@ -45,16 +45,17 @@ import torch
 from nopelib import cache
 from nopelib.ablation import PARTS
 from nopelib.analysis import LEARNED_AT
-from nopelib.claims import past_plateau
+from nopelib.claims import TEXT_ENCODINGS, TEXT_LENGTHS, past_plateau
 from nopelib.launch import BACKENDS
 from nopelib.model import GPTConfig
 from nopelib.probe import FEATURE_SETS
 from nopelib.profiles import (BATCHED_SUFFIX, MAX_SEED, PRECISIONS, PROFILES,
                               TrainProfile, get_profile)
 from nopelib.tasks import TASKS
+from nopelib.text_lm import LONGEST, TextProfile
 
 RESULTS_DIR = cache.PACKAGE_DIR.parent / "book" / "results"
-KINDS = ("recipe", "grid", "trained", "long", "kernels", "precision", "early")
+KINDS = ("recipe", "grid", "trained", "long", "kernels", "precision", "early", "text")
 MAX_BYTES = 64 * 2**20  # a committed result is kilobytes to a few megabytes
 # the deepest field of any schema is 7 levels down (a trained run's similarity matrices:
 # runs, run, matrices, layers, matrix, row); deeper nesting is no result file
@@ -158,6 +159,10 @@ EXTRA_PROVENANCE: dict[str, dict[str, Rule]] = {
                     for e in v.values()), "kernel set name -> its environment variables")},
     "early": {"profile": (_text, "a profile name"), "window": _STEPS, "every": _STEPS,
               "training": _object("the study's profile's fields")},
+    "text": {"profile": (_text, "a text profile name"),
+             "training": _object("the text profile's fields"),
+             "unigram_bpc": (_number(0.0), "a finite number >= 0"),
+             "windows": _object("an object with n, seed and split")},
     "precision": {"profile": (_text, "a profile name"), "steps": _STEPS,
                   "rule": (_text, "the rule's text"),
                   "verdict": _one_of(("no change", "changes")),
@@ -371,10 +376,11 @@ def _check_layers(where: str, scores: list, layers: int) -> None:
                                   f"{layers - 1}-layer model")
 
 
-def _profile_record(name: str, provenance: dict) -> TrainProfile:
-    """The profile the file's provenance records (``training``), rebuilt, under its name."""
+def _profile_record(name: str, provenance: dict, kind: type = TrainProfile) -> Any:
+    """The profile the file's provenance records (``training``), rebuilt as a ``kind``
+    (TrainProfile or text_lm.TextProfile), under its name."""
     try:
-        prof = TrainProfile.from_record(provenance["training"])
+        prof = kind.from_record(provenance["training"])
     except (TypeError, ValueError, KeyError) as exc:
         raise ResultsError(f"{name}: provenance.training: {exc}") from None
     if provenance["profile"] != prof.name:
@@ -809,10 +815,69 @@ def _check_early(name: str, doc: dict) -> None:
     _distinct(name, runs, ("task", "frozen", "seed"), ("curve", lambda r: r["curve"]))
 
 
+# a run of the text study (nopelib.text_study): a language model, no task
+TEXT_RUN: dict[str, Rule] = {
+    "encoding": _one_of(TEXT_ENCODINGS),
+    "seed": _SEED,
+    "steps": _STEPS,
+    "train_seconds": _SECONDS,
+    "val_bpc": (_number(0.0), "a finite number >= 0"),
+    "test_bpc": (_number(0.0), "a finite number >= 0"),
+    "curve": _object("an object of lists, one value per curve point"),
+    "scores": _object("an object with init and trained: per length, mean and sd per layer"),
+    "probes": _rows("{stage, length, layer, features, seed, nrmse, r}"),
+    "samples": _rows("{prompt, text}"),
+}
+TEXT_STAGES = ("init", "trained")
+
+
+def _check_text(name: str, doc: dict) -> None:
+    prov, runs = doc["provenance"], doc["runs"]
+    prof = _profile_record(name, prov, TextProfile)
+    layers = prof.n_layer + 1
+    finite: Rule = (_number(), "a finite number")
+    for i, run in enumerate(runs):
+        where = f"{name}: runs[{i}]"
+        _check_fields(where, run, TEXT_RUN)
+        _check_series(f"{where}.curve", run["curve"], run["steps"],
+                      {"loss": _LOSSES, "lr": finite, "val_bpc": _LOSSES,
+                       "scores": _layer_rows(layers)})
+        top = LONGEST if run["encoding"] == "none" else prof.context
+        allowed = sorted({n for n in TEXT_LENGTHS if n <= top} | {prof.context})
+        for stage in TEXT_STAGES:
+            per = run["scores"].get(stage)
+            if not isinstance(per, dict) or sorted(map(int, per)) != allowed:
+                raise _bad(f"{where}.scores.{stage}", per,
+                           f"an object with the lengths {allowed} (the {run['encoding']} "
+                           "model's)")
+            for n, row in per.items():
+                if not isinstance(row, dict):
+                    raise _bad(f"{where}.scores.{stage}.{n}", row, "an object: mean, sd")
+                _check_fields(f"{where}.scores.{stage}.{n}", row,
+                              {"mean": _layer_rows(layers),
+                               "sd": _list_of(_number(0.0), "one sd >= 0 per layer")})
+        for j, row in enumerate(run["probes"]):
+            _check_fields(f"{where}.probes[{j}]", row, {
+                "stage": _one_of(TEXT_STAGES), "length": _one_of_ints(allowed),
+                "layer": (_int(0, layers - 1), f"a layer in [0, {layers - 1}]"),
+                "features": _one_of(FEATURE_SETS), "seed": _SEED,
+                "nrmse": (_number(0.0), "a finite number >= 0"),
+                "r": (_number(-1.0, 1.0), "a correlation in [-1, 1]")})
+        for j, row in enumerate(run["samples"]):
+            _check_fields(f"{where}.samples[{j}]", row, {"prompt": (_text, "a prompt"),
+                                                         "text": (_text, "generated text")})
+    _distinct(name, runs, ("encoding", "seed"), ("curve", lambda r: r["curve"]))
+
+
+def _one_of_ints(options: Sequence[int]) -> Rule:
+    allowed = tuple(options)
+    return (lambda v: type(v) is int and v in allowed, f"one of {list(allowed)}")
+
+
 _KIND_CHECKS: dict[str, Callable[[str, dict], None]] = {
     "recipe": _check_recipe, "grid": _check_grid, "trained": _check_trained,
     "long": _check_long, "kernels": _check_kernels, "precision": _check_precision,
-    "early": _check_early,
+    "early": _check_early, "text": _check_text,
 }
 
 

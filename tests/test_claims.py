@@ -333,3 +333,67 @@ def test_largest_gap_names_its_step():
         pytest.approx((0.2, 10))
     with pytest.raises(ValueError, match="one predicted and one measured"):
         claims.largest_gap([0, 10], [0.8], [0.8])
+
+
+# ---------------------------------------------------------------------------------------------
+# the text readings (claims.text_claims), on constructed data
+
+
+def _text_frames(trained_l1: float, beyond_l1: float, last: float, nope_bpc: float,
+                 seeds=(0, 1, 2), layers: int = 4):
+    rng = np.random.default_rng(0)
+    rows = []
+    for enc in claims.TEXT_ENCODINGS:
+        for seed in seeds:
+            for n in claims.TEXT_LENGTHS:
+                for layer in range(layers + 1):
+                    init = 0.5 if layer == 0 else 0.9
+                    if layer == 0:
+                        after = 0.5
+                    elif layer == layers:
+                        after = last
+                    else:
+                        after = trained_l1 if n <= claims.TEXT_CONTEXT else beyond_l1
+                    for stage, v in (("init", init), ("trained", after)):
+                        rows.append(dict(encoding=enc, stage=stage, seed=seed, layer=layer,
+                                         length=n, score=v + rng.normal(0, 0.01)))
+    bpc = pd.DataFrame([dict(encoding=enc, seed=s,
+                             test_bpc=(nope_bpc if enc == "none" else 2.0)
+                             + rng.normal(0, 0.01))
+                        for enc in claims.TEXT_ENCODINGS for s in seeds])
+    return pd.DataFrame(rows), bpc
+
+
+def _verdicts(table: pd.DataFrame) -> dict[str, str]:
+    return {claim: claims.combine(g["verdict"]) for claim, g in table.groupby("claim")}
+
+
+def test_text_readings_hold_and_fail_where_the_constructed_data_says():
+    scores, bpc = _text_frames(trained_l1=0.85, beyond_l1=0.75, last=0.65, nope_bpc=2.2)
+    v = _verdicts(claims.text_claims(scores, bpc, baseline_bpc=4.3))
+    assert set(v) == {c for c, _ in claims.TEXT_CLAIMS}
+    assert v == {c: "holds" for c, _ in claims.TEXT_CLAIMS}
+    # a trained layer 1 at chance fails the pattern readings; NoPE cheaper than learned fails
+    # "what NoPE pays"; a last layer above layer 1 fails claim 4's reading
+    scores, bpc = _text_frames(trained_l1=0.45, beyond_l1=0.45, last=0.7, nope_bpc=1.8)
+    v = _verdicts(claims.text_claims(scores, bpc, baseline_bpc=4.3))
+    assert v[claims.TEXT_CLAIMS[0][0]] == "holds"  # initialisation is untouched
+    for k in (1, 2, 4, 5, 6):
+        assert v[claims.TEXT_CLAIMS[k][0]] == "fails", claims.TEXT_CLAIMS[k][0]
+
+
+def test_text_readings_of_untrained_models_are_not_judged():
+    scores, bpc = _text_frames(trained_l1=0.85, beyond_l1=0.75, last=0.6, nope_bpc=4.5)
+    table = claims.text_claims(scores, bpc, baseline_bpc=4.3)
+    judged = table[table.note == ""]
+    assert set(judged["claim"]) == {claims.TEXT_CLAIMS[0][0]}
+    skipped = table[table.note == "not trained"]
+    assert set(skipped["verdict"]) == {"cannot tell"} and len(skipped["claim"].unique()) == 6
+
+
+def test_text_readings_need_three_seeds_per_encoding():
+    scores, bpc = _text_frames(0.85, 0.75, 0.6, 2.2, seeds=(0, 1))
+    with pytest.raises(ValueError, match="at least 3"):
+        claims.text_claims(scores, bpc, baseline_bpc=4.3)
+    with pytest.raises(ValueError, match="columns"):
+        claims.text_claims(scores.drop(columns="length"), bpc, baseline_bpc=4.3)

@@ -1,0 +1,126 @@
+"""Language models on real text (nopelib.text_lm) and the text study's command
+(nopelib.text_study): bits per character, a resumable run, a tiny study's valid file."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from nopelib import checkpoint as ck
+from nopelib import claims, corpus, results
+from nopelib import text_lm as tl
+from nopelib import text_study as ts
+
+TINY = tl.TEXT_PROFILES["text_tiny"]
+
+
+@pytest.fixture(autouse=True)
+def _setup(tmp_path, monkeypatch):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    monkeypatch.setenv("NOPELIB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv(ck.SECONDS_ENV, "3600")
+    monkeypatch.setattr(ts, "PROBE_FIT_TOKENS", 3_000)  # the probes' machinery, not their power
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def kjv() -> corpus.Corpus:
+    return corpus.load()
+
+
+def test_a_model_that_predicts_nothing_pays_log2_of_the_vocabulary(kjv):
+    model = tl.GPT(TINY.config("none", len(kjv.vocab)))
+    with torch.no_grad():
+        model.transformer.wte.weight.zero_()  # tied head: every logit 0, a uniform guess
+    rows = kjv.rows("test", 33)[:5]
+    assert tl.bits_per_char(model, rows) == pytest.approx(math.log2(len(kjv.vocab)), rel=1e-6)
+    # the unigram baseline lies between a uniform guess and nothing to learn
+    assert 3.0 < tl.unigram_bits(kjv) < math.log2(len(kjv.vocab))
+    with pytest.raises(ValueError, match="rows must have shape"):
+        tl.bits_per_char(model, rows[:, :1])
+
+
+def test_profiles_and_encodings_are_checked():
+    with pytest.raises(ValueError, match="encoding='rope' is unknown"):
+        TINY.config("rope", 65)
+    with pytest.raises(ValueError, match="context=2000"):
+        tl.TextProfile(name="x", context=2000)
+    with pytest.raises(ValueError, match="profile='big' is unknown"):
+        tl.get_text_profile("big")
+    assert tl.TextProfile.from_record(TINY.record()) == TINY
+    # a learned table holds the context; NoPE has none to outgrow
+    assert TINY.config("learned", 65).block_size == TINY.context
+    assert TINY.config("none", 65).block_size == tl.LONGEST
+
+
+def test_a_stopped_text_run_resumes_bit_for_bit(kjv, tmp_path, monkeypatch):
+    cpu = torch.device("cpu")
+    whole, m = tl.train_text(kjv, "learned", 1, TINY, cpu)
+    store = functools.partial(ck.RunCheckpoints, tmp_path / "ck", "k", every_steps=4)
+    real, calls = tl.train_step, {"n": 0}
+
+    def stop_at_11(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 11:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    with monkeypatch.context() as mp:
+        mp.setattr(tl, "train_step", stop_at_11)
+        with pytest.raises(KeyboardInterrupt):
+            tl.train_text(kjv, "learned", 1, TINY, cpu, store())
+    resumed, r = tl.train_text(kjv, "learned", 1, TINY, cpu, store())
+    assert r["resumed_at"] == [8] and m["resumed_at"] == []
+    for a, b in zip(whole.parameters(), resumed.parameters()):
+        assert torch.equal(a, b)
+    assert r["loss_curve"] == m["loss_curve"] and r["curve"]["val_bpc"] == m["curve"]["val_bpc"]
+    assert m["curve"]["step"] == [10, 20, 30] and len(m["curve"]["scores"][0]) == 3
+
+
+def test_a_tiny_text_study_writes_a_valid_file_and_reads_back_from_the_cache(tmp_path):
+    out = tmp_path / "text_tiny.json"
+    argv = ["--profile", "text_tiny", "--seeds", "0", "--out", str(out)]
+    ts.main(argv)
+    doc = results.load(out)
+    assert [(r["encoding"], r["seed"]) for r in doc["runs"]] == [("none", 0), ("learned", 0)]
+    nope, learned = doc["runs"]
+    assert sorted(map(int, nope["scores"]["trained"])) == list(claims.TEXT_LENGTHS)
+    assert sorted(map(int, learned["scores"]["init"])) == [TINY.context]
+    assert {p["length"] for p in nope["probes"]} == {TINY.context, tl.LONGEST}
+    assert {p["stage"] for p in learned["probes"]} == {"init", "trained"}
+    assert 0 < doc["provenance"]["unigram_bpc"] < nope["test_bpc"] + 1
+    assert len(nope["samples"]) == len(ts.PROMPTS)
+    assert all(len(s["text"]) == ts.SAMPLE_CHARS for s in nope["samples"])
+    ts.main(argv)  # every run from the results cache: the same runs
+    assert results.load(out)["runs"] == doc["runs"]
+    # an edited file is refused, naming the field
+    bad = {**doc, "runs": [{**nope, "scores": {**nope["scores"], "trained": {
+        k: v for k, v in nope["scores"]["trained"].items() if k != "1024"}}}, learned]}
+    with pytest.raises(results.ResultsError, match=r"runs\[0\].scores.trained"):
+        results.validate(bad, "text", "edited")
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--encodings", "rope"], "--encodings"),
+    (["--seeds", "1", "1"], "--seeds"),
+    (["--workers", "0"], "--workers"),
+    (["--out", "/tmp/study.json"], "text_<name>.json"),
+])
+def test_bad_arguments_exit_before_any_training(argv, match, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        ts.main(["--profile", "text_tiny", *argv])
+    assert exit_.value.code == 2 and match in capsys.readouterr().err
+
+
+def test_scores_are_seeded_windows_of_the_test_books(kjv):
+    model = tl.GPT(TINY.config("none", len(kjv.vocab))).eval()
+    w = kjv.windows("test", 64, 3, seed=claims.TEXT_WINDOW_SEED)
+    a, b = tl.layer_scores(model, w), tl.layer_scores(model, w)
+    assert a.shape == (3, TINY.n_layer + 1) and np.array_equal(a, b)
+    assert ((a >= 0) & (a <= 1)).all()
