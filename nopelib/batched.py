@@ -142,11 +142,14 @@ def group_key(keys: list[str]) -> str:
 
 
 def train_seeds(task: str, seeds: list[int], profile: TrainProfile, device: torch.device,
-                checkpoints: RunCheckpoints | None = None) -> list[tuple[GPT, dict]]:
+                checkpoints: RunCheckpoints | None = None,
+                attn_impl: str | None = None) -> list[tuple[GPT, dict]]:
     """Train ``seeds`` of (task, profile) as one batched model, each seed on its own budget
     (from the group's newest usable checkpoint, given its ``checkpoints``, writing them as it
     goes); per seed, the model (on ``device``, eval mode) and the training metrics
-    ``train.train`` records, trajectory included."""
+    ``train.train`` records, trajectory included. ``attn_impl`` None picks the device's (fused
+    on the CPU, where vmap loops over seeds, a slow path the CPU can afford; explicit on a
+    GPU, where every op has a batching rule)."""
     profile = profile.for_task(task)
     if len(set(seeds)) != len(seeds) or not seeds:
         raise ValueError(f"seeds={seeds!r} must be distinct, at least one")
@@ -168,9 +171,8 @@ def train_seeds(task: str, seeds: list[int], profile: TrainProfile, device: torc
     run_fields = {"scores_init": [trajectory_scores(model, texts) for model in models]}
     params, buffers = stack_module_state(models)  # {name: [S, ...]}, leaves
     params = {k: v.detach().requires_grad_() for k, v in params.items()}
-    # fused attention as train.train on the CPU (vmap loops over seeds there, a slow path the
-    # CPU can afford); explicit attention on a GPU, where every op has a batching rule
-    attn_impl = "fused" if device.type == "cpu" else "explicit"
+    if attn_impl is None:
+        attn_impl = "fused" if device.type == "cpu" else "explicit"
     loss_of = _Loss(copy.deepcopy(models[0]).to("meta"), attn_impl)
 
     def one(p: dict, b: dict, idx: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:

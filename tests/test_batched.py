@@ -39,9 +39,10 @@ def _one_thread():
     torch.set_num_threads(threads)
 
 
-def test_batched_seeds_equal_separate_runs_within_float_tolerance():
+@pytest.mark.parametrize("attn_impl", [None, "explicit"])  # explicit: a GPU's path
+def test_batched_seeds_equal_separate_runs_within_float_tolerance(attn_impl):
     cpu = torch.device("cpu")
-    together = batched.train_seeds("addition", SEEDS, TINY, cpu)
+    together = batched.train_seeds("addition", SEEDS, TINY, cpu, attn_impl=attn_impl)
     worst = 0.0
     for seed, (model, metrics) in zip(SEEDS, together):
         alone, alone_metrics = tr.train("addition", seed, TINY, cpu, progress=False)
