@@ -107,18 +107,22 @@ class StackedAdamW:
 
     @torch.no_grad()
     def step(self, lrs: torch.Tensor) -> None:
-        """One AdamW step of every seed, seed s at learning rate ``lrs[s]`` ([S])."""
+        """One AdamW step of every seed, seed s at learning rate ``lrs[s]`` ([S]). A seed at
+        learning rate 0 is left as it is, whatever its gradient (a seed whose budget is spent
+        still runs forward and backward, on rows cut to the others' length, which may hold
+        none of its targets: a NaN loss)."""
         self.t += 1
         beta1, beta2 = self.betas
         bias1, bias2_sqrt = 1 - beta1 ** self.t, math.sqrt(1 - beta2 ** self.t)
         for k, p in self.params.items():
-            lr = lrs.view(-1, *([1] * (p.dim() - 1)))  # [S, 1, ...]
-            if self.decay[k]:
-                p.mul_(1 - lr * self.decay[k])
+            shape = (-1, *([1] * (p.dim() - 1)))
+            lr, moving = lrs.view(shape), (lrs > 0).view(shape)  # [S, 1, ...]
             m, v = self.exp_avg[k], self.exp_avg_sq[k]
-            m.lerp_(p.grad, 1 - beta1)
-            v.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
-            p.sub_(lr / bias1 * m / (v.sqrt() / bias2_sqrt).add_(self.eps))
+            m.copy_(torch.where(moving, m.lerp(p.grad, 1 - beta1), m))
+            v.copy_(torch.where(moving, v * beta2 + (1 - beta2) * p.grad * p.grad, v))
+            new = p * (1 - lr * self.decay[k]) if self.decay[k] else p.clone()
+            new -= lr / bias1 * m / (v.sqrt() / bias2_sqrt + self.eps)
+            p.copy_(torch.where(moving, new, p))
 
     def state(self) -> dict[str, torch.Tensor]:
         """Moments and parameters as named tensors, for a checkpoint."""
@@ -128,6 +132,8 @@ class StackedAdamW:
         return out
 
     def load(self, tensors: dict[str, torch.Tensor], t: int) -> None:
+        """Parameters and moments from a checkpoint's tensors (``state``'s names), and the
+        step count ``t``."""
         with torch.no_grad():
             for k, p in self.params.items():
                 p.copy_(tensors[f"params.{k}"])

@@ -594,59 +594,71 @@ TEXT_RULE = (f"the seed as the unit (at least {TEXT_MIN_SEEDS} per encoding); a 
 
 
 def text_claims(scores: pd.DataFrame, bpc: pd.DataFrame, baseline_bpc: float,
-                alpha: float = ALPHA) -> pd.DataFrame:
+                context: int = TEXT_CONTEXT, alpha: float = ALPHA) -> pd.DataFrame:
     """Every test of the text readings (``TEXT_CLAIMS``), fixed before the text study ran.
 
     ``scores``: one row per (encoding, stage, seed, layer, length) with the mean adjacency
     score over that length's held-out windows (stage "init" or "trained"); ``bpc``: one row
     per (encoding, seed) with ``test_bpc``, the trained model's bits per character on the
-    test books; ``baseline_bpc``: the unigram baseline (the training text's character
-    entropy), which every trained NoPE seed must beat for the trained readings to be judged:
-    otherwise they are reported as "not trained" (a model that learned nothing says nothing
-    about trained models). The position probes on text are judged by ``probe_claims``, the
-    probes chapter's rule, unchanged. Rows as ``init_claims``'s, plus ``note``."""
+    test books; ``baseline_bpc``: the unigram baseline (the test books' bits per character
+    under the training books' character frequencies); ``context``: the models' trained
+    context, which splits the lengths into within and beyond it. The trained NoPE readings
+    are judged only when every trained NoPE seed beats the baseline, and "what NoPE pays"
+    only when every seed of both encodings does: otherwise they are reported as "not
+    trained" (a model that learned nothing says nothing about trained models). The position
+    probes on text are judged by ``probe_claims``, the probes chapter's rule, unchanged.
+    Rows as ``init_claims``'s, plus ``note``."""
     need = {"encoding", "stage", "seed", "layer", "length", "score"}
     if not need <= set(scores.columns) or not {"encoding", "seed", "test_bpc"} <= set(bpc):
         raise ValueError(f"text_claims: scores need columns {sorted(need)}, bpc needs "
                          "encoding, seed, test_bpc")
     seeds = {enc: sorted(bpc.loc[bpc.encoding == enc, "seed"]) for enc in TEXT_ENCODINGS}
-    if any(len(s) < TEXT_MIN_SEEDS for s in seeds.values()):
+    if any(len(s) < TEXT_MIN_SEEDS for s in seeds.values()) or seeds["none"] != seeds[
+            "learned"]:
         raise ValueError(f"text_claims: seeds per encoding {seeds}; each needs at least "
-                         f"{TEXT_MIN_SEEDS}")
+                         f"{TEXT_MIN_SEEDS}, the same for both (the bits are paired by seed)")
+    within = [n for n in TEXT_LENGTHS if n <= context]
+    beyond = [n for n in TEXT_LENGTHS if n > context]
     nope = scores[scores.encoding == "none"]
+    for stage in ("init", "trained"):
+        have = set(nope.loc[nope.stage == stage, "length"])
+        if set(TEXT_LENGTHS) - have:
+            raise ValueError(f"text_claims: the NoPE {stage} scores lack the lengths "
+                             f"{sorted(set(TEXT_LENGTHS) - have)} of TEXT_LENGTHS")
 
     def wide(stage: str, length: int) -> pd.DataFrame:  # [seed, layer]
         at = nope[(nope.stage == stage) & (nope.length == length)]
         return at.pivot_table(index="seed", columns="layer", values="score")
 
-    within = [n for n in TEXT_LENGTHS if n <= TEXT_CONTEXT]
-    beyond = [n for n in TEXT_LENGTHS if n > TEXT_CONTEXT]
     floor = CHANCE + NEAR_CHANCE
-    tests = [(*TEXT_CLAIMS[0], f"{n} chars", 1, wide("init", n)[1], floor, True)
-             for n in TEXT_LENGTHS]
+    init = [(*TEXT_CLAIMS[0], f"{n} chars", 1, wide("init", n)[1], floor, True)
+            for n in TEXT_LENGTHS]
     trained = [(*TEXT_CLAIMS[1], f"{n} chars", 1, wide("trained", n)[1], floor, True)
                for n in within]
     trained += [(*TEXT_CLAIMS[2], f"{n} chars", 1, wide("trained", n)[1], KEEPS_AT, True)
                 for n in within]
-    at_context = wide("trained", TEXT_CONTEXT)
-    trained += [(*TEXT_CLAIMS[3], f"{TEXT_CONTEXT} chars", i, at_context[i], floor, True)
+    at_context = wide("trained", context)
+    trained += [(*TEXT_CLAIMS[3], f"{context} chars", i, at_context[i], floor, True)
                 for i in at_context if i]
     trained += [(*TEXT_CLAIMS[4], f"{n} chars", 1, wide("trained", n)[1], floor, True)
                 for n in beyond]
     last = int(at_context.columns.max())
-    trained.append((*TEXT_CLAIMS[5], f"{TEXT_CONTEXT} chars", last,
+    trained.append((*TEXT_CLAIMS[5], f"{context} chars", last,
                     at_context[last] - at_context[1], 0.0, False))
-    paired = bpc.pivot_table(index="seed", columns="encoding", values="test_bpc").dropna()
-    trained.append((*TEXT_CLAIMS[6], "test books", -1, paired["none"] - paired["learned"],
-                    0.0, True))
-    learned = bool((bpc.loc[bpc.encoding == "none", "test_bpc"] < baseline_bpc).all())
-    if learned:
-        judged = _judge_families(tests + trained, alpha).assign(note="")
-    else:  # a model that learned nothing says nothing about trained models
-        judged = _judge_families(tests, alpha).assign(note="")
-        skipped = pd.DataFrame([dict(claim=c, reading=r, group=g, layer=layer, bound=b,
-                                     above=a, n=len(v), verdict="cannot tell",
-                                     note="not trained")
-                                for c, r, g, layer, v, b, a in trained])
-        judged = pd.concat([judged, skipped], ignore_index=True)
-    return judged
+    paired = bpc.pivot_table(index="seed", columns="encoding", values="test_bpc")
+    pays = [(*TEXT_CLAIMS[6], "test books", -1, paired["none"] - paired["learned"], 0.0,
+             True)]
+    below = bpc.assign(ok=bpc.test_bpc < baseline_bpc).groupby("encoding")["ok"].all()
+    judged, skipped = init, []
+    for tests, learned in ((trained, bool(below["none"])), (pays, bool(below.all()))):
+        if learned:
+            judged = judged + tests
+        else:
+            skipped += tests
+    table = _judge_families(judged, alpha).assign(note="")
+    if skipped:
+        table = pd.concat([table, pd.DataFrame([
+            dict(claim=c, reading=r, group=g, layer=layer, bound=b, above=a, n=len(v),
+                 verdict="cannot tell", note="not trained")
+            for c, r, g, layer, v, b, a in skipped])], ignore_index=True)
+    return table

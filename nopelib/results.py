@@ -45,14 +45,14 @@ import torch
 from nopelib import cache
 from nopelib.ablation import PARTS
 from nopelib.analysis import LEARNED_AT
-from nopelib.claims import TEXT_ENCODINGS, TEXT_LENGTHS, past_plateau
+from nopelib.claims import TEXT_ENCODINGS, past_plateau
 from nopelib.launch import BACKENDS
 from nopelib.model import GPTConfig
 from nopelib.probe import FEATURE_SETS
 from nopelib.profiles import (BATCHED_SUFFIX, MAX_SEED, PRECISIONS, PROFILES,
                               TrainProfile, get_profile)
 from nopelib.tasks import TASKS
-from nopelib.text_lm import LONGEST, TextProfile
+from nopelib.text_lm import TextProfile, lengths_for
 
 RESULTS_DIR = cache.PACKAGE_DIR.parent / "book" / "results"
 KINDS = ("recipe", "grid", "trained", "long", "kernels", "precision", "early", "text")
@@ -842,11 +842,11 @@ def _check_text(name: str, doc: dict) -> None:
         _check_series(f"{where}.curve", run["curve"], run["steps"],
                       {"loss": _LOSSES, "lr": finite, "val_bpc": _LOSSES,
                        "scores": _layer_rows(layers)})
-        top = LONGEST if run["encoding"] == "none" else prof.context
-        allowed = sorted({n for n in TEXT_LENGTHS if n <= top} | {prof.context})
+        allowed = lengths_for(run["encoding"], prof)
         for stage in TEXT_STAGES:
             per = run["scores"].get(stage)
-            if not isinstance(per, dict) or sorted(map(int, per)) != allowed:
+            if (not isinstance(per, dict) or not all(k.isdigit() for k in per)
+                    or sorted(map(int, per)) != allowed):
                 raise _bad(f"{where}.scores.{stage}", per,
                            f"an object with the lengths {allowed} (the {run['encoding']} "
                            "model's)")
@@ -855,7 +855,9 @@ def _check_text(name: str, doc: dict) -> None:
                     raise _bad(f"{where}.scores.{stage}.{n}", row, "an object: mean, sd")
                 _check_fields(f"{where}.scores.{stage}.{n}", row,
                               {"mean": _layer_rows(layers),
-                               "sd": _list_of(_number(0.0), "one sd >= 0 per layer")})
+                               "sd": ((lambda v: _list_of(_number(0.0), "")[0](v)
+                                       and len(v) == layers),
+                                      f"{layers} standard deviations >= 0, one per layer")})
         for j, row in enumerate(run["probes"]):
             _check_fields(f"{where}.probes[{j}]", row, {
                 "stage": _one_of(TEXT_STAGES), "length": _one_of_ints(allowed),

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from nopelib.checkpoint import RunCheckpoints
+from nopelib.claims import TEXT_ENCODINGS, TEXT_LENGTHS
 from nopelib.corpus import Corpus
 from nopelib.memo import package_hash
 from nopelib.metrics import adjacency_score, cosine_similarity_matrix
@@ -34,8 +35,8 @@ from nopelib.model import GPT, GPTConfig
 from nopelib.profiles import TrainProfile
 from nopelib.train import Checkpointing, adamw, fit, train_step
 
-ENCODINGS = ("none", "learned")  # NoPE, and a learned position embedding (the control)
-LONGEST = 1_024  # the longest held-out length a NoPE model is scored at (past its context)
+ENCODINGS = TEXT_ENCODINGS  # NoPE, and a learned position embedding (the control)
+LONGEST = max(TEXT_LENGTHS)  # the longest held-out length NoPE is scored at (past its context)
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,15 @@ TEXT_PROFILES = {
 }
 
 
+def lengths_for(encoding: str, profile: TextProfile) -> list[int]:
+    """The held-out lengths a model is scored at: every one of the rule's TEXT_LENGTHS its
+    table holds (a learned table stops at the context; NoPE has none), and the context."""
+    top = LONGEST if encoding == "none" else profile.context
+    return sorted({n for n in TEXT_LENGTHS if n <= top} | {profile.context})
+
+
 def get_text_profile(profile: str | TextProfile) -> TextProfile:
+    """The text profile called ``profile`` (a TextProfile passes through)."""
     if isinstance(profile, TextProfile):
         return profile
     if profile not in TEXT_PROFILES:

@@ -38,9 +38,9 @@ from nopelib.memo import is_cached, memo
 from nopelib.model import GPT
 from nopelib.probe import RidgeConfig, probe_model
 from nopelib.probe_study import sequences_for
-from nopelib.text_lm import (ENCODINGS, LONGEST, TEXT_PROFILES, TextProfile, bits_per_char,
-                             get_text_profile, layer_scores, run_key, sample, train_text,
-                             unigram_bits)
+from nopelib.text_lm import (ENCODINGS, TEXT_PROFILES, TextProfile, bits_per_char,
+                             get_text_profile, layer_scores, lengths_for, run_key, sample,
+                             train_text, unigram_bits)
 
 PROBE_W = 4  # the probes' window, as the trained study's
 PROBE_SEEDS = (0, 1, 2)
@@ -51,13 +51,6 @@ SAMPLE_CHARS = 200
 # at the 0.58 s measured for it (text_lm.TextProfile) and about 10 minutes of curve points
 # and measurements; the tiny profile's 20 s measured on the same core
 RUN_SECONDS = {"text": 3_000.0, "text_tiny": 20.0}
-
-
-def lengths_for(encoding: str, profile: TextProfile) -> list[int]:
-    """The held-out lengths a model is scored at: every one of TEXT_LENGTHS its table holds
-    (a learned table stops at the context; NoPE has none), and the context itself."""
-    top = LONGEST if encoding == "none" else profile.context
-    return sorted({n for n in claims.TEXT_LENGTHS if n <= top} | {profile.context})
 
 
 def measure(model: GPT, encoding: str, profile: TextProfile) -> tuple[dict, list[dict]]:
@@ -118,8 +111,12 @@ def _one(job: tuple[str, int, str]) -> dict:
     # functions memo keys by their globals too)
     from nopelib.text_study import text_run as run
 
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one process per core
-    return memo(run, *job)
+    try:
+        return memo(run, *job)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def jobs(profile: str, encodings: list[str], seeds: list[int]) -> list[tuple[str, int, str]]:
@@ -129,7 +126,8 @@ def jobs(profile: str, encodings: list[str], seeds: list[int]) -> list[tuple[str
 
 def run_study(profile: str, encodings: list[str], seeds: list[int],
               workers: int = 1) -> list[dict]:
-    """Every run, from the results cache where it holds it, on ``workers`` processes."""
+    """Every (encoding, seed) run of ``profile``, from the results cache where it holds it,
+    on ``workers`` processes (one thread each)."""
     get_text_profile(profile)
     for e in encodings:
         if e not in ENCODINGS:

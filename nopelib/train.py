@@ -198,7 +198,8 @@ class _Loop:
     cursor: int = 0  # rows of this epoch drawn
     i: int = 0  # steps taken
     losses: list[list[float]] = field(default_factory=list)  # each model's [log points]
-    curve_seconds: float = 0.0
+    logged: list[int] = field(default_factory=list)  # each model's last log step
+    curve_seconds: list[float] = field(default_factory=list)  # each model's share
     tokens: list[int] = field(default_factory=list)  # each model's tokens trained on
     decay_from: list[int | None] = field(default_factory=list)  # where each tail began
     relearning: list[bool] = field(default_factory=list)  # below relearn_below in the tail
@@ -213,7 +214,8 @@ class _Loop:
         gens, S = [np.random.default_rng(seed) for seed in seeds], len(seeds)
         return cls(gens, [g.permutation(n_rows) for g in gens],
                    torch.zeros(S, device=device), [defaultdict(list) for _ in seeds],
-                   end=[steps] * S, losses=[[] for _ in seeds], tokens=[0] * S,
+                   end=[steps] * S, losses=[[] for _ in seeds], logged=[0] * S,
+                   curve_seconds=[0.0] * S, tokens=[0] * S,
                    decay_from=[None] * S, relearning=[False] * S,
                    restarts=[[] for _ in seeds], ended_seconds=[None] * S)
 
@@ -257,7 +259,7 @@ class _Loop:
     def fields(self, seconds: float) -> dict:
         """The JSON part; ``seconds``: the run's training seconds so far."""
         return {"generators": [g.bit_generator.state for g in self.gens],
-                "cursor": self.cursor, "i": self.i, "losses": self.losses,
+                "cursor": self.cursor, "i": self.i, "losses": self.losses, "logged": self.logged,
                 "curves": [dict(c) for c in self.curves], "curve_seconds": self.curve_seconds,
                 "tokens": self.tokens, "end": self.end, "decay_from": self.decay_from,
                 "relearning": self.relearning, "restarts": self.restarts, "seconds": seconds,
@@ -273,8 +275,8 @@ class _Loop:
             gen.bit_generator.state = state  # another generator's state is a ValueError
             gens.append(gen)
         orders = list(tensors["loop.orders"].numpy())
-        per_model = ("losses", "curves", "tokens", "end", "decay_from", "relearning",
-                     "restarts", "ended_seconds")
+        per_model = ("losses", "logged", "curves", "curve_seconds", "tokens", "end",
+                     "decay_from", "relearning", "restarts", "ended_seconds")
         wrong = [name for name in per_model if len(fields[name]) != len(gens)]
         if len(gens) != len(orders) or wrong:
             raise ValueError(f"{len(gens)} generators for {len(orders)} data orders and "
@@ -282,7 +284,8 @@ class _Loop:
         return cls(gens, orders, tensors["loop.loss_sum"].to(device),
                    [defaultdict(list, c) for c in fields["curves"]], end=fields["end"],
                    cursor=fields["cursor"], i=fields["i"], losses=fields["losses"],
-                   curve_seconds=fields["curve_seconds"], tokens=fields["tokens"],
+                   logged=fields["logged"], curve_seconds=fields["curve_seconds"],
+                   tokens=fields["tokens"],
                    decay_from=fields["decay_from"], relearning=fields["relearning"],
                    restarts=fields["restarts"], seconds=fields["seconds"],
                    resumed_at=[*fields["resumed_at"], fields["i"]],
@@ -349,15 +352,15 @@ def fit(profile: TrainProfile, seeds: Sequence[int], lengths: np.ndarray, step: 
         run.loss_sum += step_losses
         run.i += 1
         i = run.i
-        logged = [s for s in live if i % profile.log_every == 0 or i == run.end[s]]
-        if logged:
-            n = ((i - 1) % profile.log_every) + 1
+        logging = [s for s in live if i % profile.log_every == 0 or i == run.end[s]]
+        if logging:
             sums = run.loss_sum.tolist()  # the one host sync
-            for s in logged:
-                run.losses[s].append(sums[s] / n)
-                run.loss_sum[s] = 0.0
-            bar.set_postfix(loss=f"{np.mean([run.losses[s][-1] for s in logged]):.4f}")
-            bar.update(n)
+            for s in logging:
+                # the steps since its last log point (fewer after an end its tail moved)
+                run.losses[s].append(sums[s] / (i - run.logged[s]))
+                run.loss_sum[s], run.logged[s] = 0.0, i
+            bar.set_postfix(loss=f"{np.mean([run.losses[s][-1] for s in logging]):.4f}")
+            bar.update(i - bar.n)
         due = [s for s in live if profile.is_curve_step(i, run.end[s])]
         if due:
             # curve() draws no random numbers: the trajectory is the same without a curve
@@ -371,8 +374,10 @@ def fit(profile: TrainProfile, seeds: Sequence[int], lengths: np.ndarray, step: 
                 if profile.stop_at:
                     run.follow(profile, s, point["val_accuracy"])
             bar.total = max(run.end)
-            run.curve_seconds += time.perf_counter() - tic
-            untimed += time.perf_counter() - tic
+            spent = time.perf_counter() - tic
+            for s in due:  # the models scored share the time
+                run.curve_seconds[s] += spent / len(due)
+            untimed += spent
         ended = [s for s in live if i >= run.end[s]]
         if ended:
             _sync(device)
@@ -394,11 +399,12 @@ def fit(profile: TrainProfile, seeds: Sequence[int], lengths: np.ndarray, step: 
                    "step_ms": 1000 * seconds / run.end[s],
                    "tokens_per_s": run.tokens[s] / seconds, "final_loss": run.losses[s][-1],
                    "loss_curve": run.losses[s], "device": str(device),
-                   # a stop after this model's end did not stop it
+                   # a stop after this model's end did not stop it (one at its last step
+                   # counts, as it does for a single run)
                    "resumed_at": [at for at in run.resumed_at if at <= run.end[s]]}
         if profile.curve_every:
             metrics["curve"] = dict(run.curves[s])
-            metrics["curve_seconds"] = run.curve_seconds
+            metrics["curve_seconds"] = run.curve_seconds[s]
         if profile.stop_at:
             metrics["decay_from"] = run.decay_from[s]  # None: the cap ended the run first
             metrics["tail_restarts"] = run.restarts[s]  # steps where the tail began afresh

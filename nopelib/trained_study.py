@@ -134,7 +134,7 @@ def run_study(profile: str | TrainProfile, tasks: Sequence[str], seeds: Sequence
               device: str = "auto", workers: int | None = None,
               probe_fit_tokens: int = PROBE_FIT_TOKENS, cached_only: bool = False,
               backend: str = "local") -> tuple[dict[str, list[dict]], dict[str, int]]:
-    """Train (or load) every (task, seed) of ``profile`` on ``backend`` (``launch``: one
+    """Train (or load) every (task, seed) of ``profile`` on ``backend`` (``local``: one
     pool, or ``batched``: each task's seeds as one batched model, keyed and recorded under the
     profile's ``batched()`` twin); per task, the run records (``run_record``, with probes
     fitted on ``probe_fit_tokens`` tokens), and how many of them came from the cache.

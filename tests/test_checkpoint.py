@@ -241,7 +241,9 @@ def test_a_committed_run_leaves_no_checkpoint(tmp_path, monkeypatch):
 _KILLED = """
     import sys, time
     import nopelib.train as tr
-    from tests.test_checkpoint import TINY, TASK, SEED, _validation_stand_in
+    # this file by its path: a package of another distribution may be called tests
+    sys.path.insert(0, sys.argv[2])
+    from test_checkpoint import TINY, TASK, SEED, _validation_stand_in
     from nopelib.runs import train_or_load
 
     slow = tr.train_step
@@ -258,8 +260,9 @@ def test_a_run_killed_with_sigkill_resumes_bit_for_bit(tmp_path, monkeypatch, un
     cache = tmp_path / "cache"
     folder = cache / "checkpoints" / _key()
     env = {**os.environ, ck.SECONDS_ENV: "0"}  # a checkpoint after every step
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_KILLED), str(cache)],
-                            cwd=Path(__file__).resolve().parents[1], env=env)
+    here = Path(__file__).resolve().parent
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_KILLED), str(cache),
+                             str(here)], cwd=here.parent, env=env)
     try:
         deadline = time.monotonic() + 300  # importing torch is slow on a loaded machine
         while time.monotonic() < deadline and proc.poll() is None:

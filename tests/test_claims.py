@@ -389,6 +389,20 @@ def test_text_readings_of_untrained_models_are_not_judged():
     assert set(judged["claim"]) == {claims.TEXT_CLAIMS[0][0]}
     skipped = table[table.note == "not trained"]
     assert set(skipped["verdict"]) == {"cannot tell"} and len(skipped["claim"].unique()) == 6
+    # a learned-position model that learned nothing leaves "what NoPE pays" unjudged only
+    scores, bpc = _text_frames(trained_l1=0.85, beyond_l1=0.75, last=0.65, nope_bpc=2.2)
+    bpc.loc[bpc.encoding == "learned", "test_bpc"] = 4.5
+    table = claims.text_claims(scores, bpc, baseline_bpc=4.3)
+    assert set(table.loc[table.note == "not trained", "claim"]) == {claims.TEXT_CLAIMS[6][0]}
+
+
+def test_the_text_context_splits_within_from_beyond():
+    scores, bpc = _text_frames(trained_l1=0.85, beyond_l1=0.45, last=0.65, nope_bpc=2.2)
+    at_256 = claims.text_claims(scores, bpc, baseline_bpc=4.3)
+    at_64 = claims.text_claims(scores, bpc, baseline_bpc=4.3, context=64)
+    beyond = claims.TEXT_CLAIMS[4][0]
+    assert set(at_256.loc[at_256.claim == beyond, "group"]) == {"512 chars", "1024 chars"}
+    assert len(at_64.loc[at_64.claim == beyond]) == 4  # 128, 256, 512, 1024
 
 
 def test_text_readings_need_three_seeds_per_encoding():
@@ -397,3 +411,8 @@ def test_text_readings_need_three_seeds_per_encoding():
         claims.text_claims(scores, bpc, baseline_bpc=4.3)
     with pytest.raises(ValueError, match="columns"):
         claims.text_claims(scores.drop(columns="length"), bpc, baseline_bpc=4.3)
+    scores, bpc = _text_frames(0.85, 0.75, 0.6, 2.2)
+    with pytest.raises(ValueError, match=r"lack the lengths \[1024\]"):
+        claims.text_claims(scores[scores.length != 1024], bpc, baseline_bpc=4.3)
+    with pytest.raises(ValueError, match="the same for both"):
+        claims.text_claims(scores, bpc.assign(seed=[0, 1, 2, 0, 1, 3]), baseline_bpc=4.3)

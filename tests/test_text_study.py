@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -40,8 +41,11 @@ def test_a_model_that_predicts_nothing_pays_log2_of_the_vocabulary(kjv):
         model.transformer.wte.weight.zero_()  # tied head: every logit 0, a uniform guess
     rows = kjv.rows("test", 33)[:5]
     assert tl.bits_per_char(model, rows) == pytest.approx(math.log2(len(kjv.vocab)), rel=1e-6)
-    # the unigram baseline lies between a uniform guess and nothing to learn
-    assert 3.0 < tl.unigram_bits(kjv) < math.log2(len(kjv.vocab))
+    # the unigram baseline: the test books under the training books' character counts
+    train, test = Counter(kjv.texts["train"]), Counter(kjv.texts["test"])
+    total = sum(train.values()) + len(kjv.vocab)
+    bits = -sum(n * math.log2((train[c] + 1) / total) for c, n in test.items())
+    assert tl.unigram_bits(kjv) == pytest.approx(bits / sum(test.values()), rel=1e-9)
     with pytest.raises(ValueError, match="rows must have shape"):
         tl.bits_per_char(model, rows[:, :1])
 
@@ -94,7 +98,7 @@ def test_a_tiny_text_study_writes_a_valid_file_and_reads_back_from_the_cache(tmp
     assert sorted(map(int, learned["scores"]["init"])) == [TINY.context]
     assert {p["length"] for p in nope["probes"]} == {TINY.context, tl.LONGEST}
     assert {p["stage"] for p in learned["probes"]} == {"init", "trained"}
-    assert 0 < doc["provenance"]["unigram_bpc"] < nope["test_bpc"] + 1
+    assert doc["provenance"]["unigram_bpc"] == pytest.approx(tl.unigram_bits(corpus.load()))
     assert len(nope["samples"]) == len(ts.PROMPTS)
     assert all(len(s["text"]) == ts.SAMPLE_CHARS for s in nope["samples"])
     ts.main(argv)  # every run from the results cache: the same runs
@@ -118,9 +122,16 @@ def test_bad_arguments_exit_before_any_training(argv, match, capsys):
     assert exit_.value.code == 2 and match in capsys.readouterr().err
 
 
-def test_scores_are_seeded_windows_of_the_test_books(kjv):
-    model = tl.GPT(TINY.config("none", len(kjv.vocab))).eval()
-    w = kjv.windows("test", 64, 3, seed=claims.TEXT_WINDOW_SEED)
-    a, b = tl.layer_scores(model, w), tl.layer_scores(model, w)
-    assert a.shape == (3, TINY.n_layer + 1) and np.array_equal(a, b)
-    assert ((a >= 0) & (a <= 1)).all()
+def test_the_study_scores_the_rules_windows_of_the_test_books(kjv):
+    model = tl.GPT(TINY.config("learned", len(kjv.vocab))).eval()
+    scores, probes = ts.measure(model, "learned", TINY)
+    assert list(scores) == [str(TINY.context)]  # a learned table stops at its context
+    w = kjv.windows("test", TINY.context, claims.TEXT_WINDOWS, claims.TEXT_WINDOW_SEED)
+    direct = tl.layer_scores(model, w)  # [windows, L+1]
+    assert scores[str(TINY.context)]["mean"] == pytest.approx(direct.mean(0).tolist())
+    other = tl.layer_scores(model, kjv.windows("test", TINY.context, claims.TEXT_WINDOWS,
+                                               claims.TEXT_WINDOW_SEED + 7))
+    assert not np.allclose(direct.mean(0), other.mean(0))  # other windows, other scores
+    assert {(p["layer"], p["features"]) for p in probes} == {
+        (layer, f) for layer in range(TINY.n_layer + 1) for f in ("cosine", "variance",
+                                                                  "hidden")}
