@@ -631,8 +631,7 @@ def text_claims(scores: pd.DataFrame, bpc: pd.DataFrame, baseline_bpc: float,
         return at.pivot_table(index="seed", columns="layer", values="score")
 
     floor = CHANCE + NEAR_CHANCE
-    init = [(*TEXT_CLAIMS[0], f"{n} chars", 1, wide("init", n)[1], floor, True)
-            for n in TEXT_LENGTHS]
+    init = _text_init_tests(nope)
     trained = [(*TEXT_CLAIMS[1], f"{n} chars", 1, wide("trained", n)[1], floor, True)
                for n in within]
     trained += [(*TEXT_CLAIMS[2], f"{n} chars", 1, wide("trained", n)[1], KEEPS_AT, True)
@@ -662,3 +661,30 @@ def text_claims(scores: pd.DataFrame, bpc: pd.DataFrame, baseline_bpc: float,
                  verdict="cannot tell", note="not trained")
             for c, r, g, layer, v, b, a in skipped])], ignore_index=True)
     return table
+
+
+def _text_init_tests(nope: pd.DataFrame) -> list[tuple]:
+    """The initialisation reading's tests: layer 1 of the NoPE models at every length of
+    TEXT_LENGTHS that ``nope`` scores (rows of stage "init")."""
+    at = nope[nope.stage == "init"]
+    tests = []
+    for n in TEXT_LENGTHS:
+        wide = at[at.length == n].pivot_table(index="seed", columns="layer", values="score")
+        if 1 in wide:
+            tests.append((*TEXT_CLAIMS[0], f"{n} chars", 1, wide[1], CHANCE + NEAR_CHANCE,
+                          True))
+    return tests
+
+
+def text_init_claims(scores: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
+    """The first text reading alone (``TEXT_CLAIMS[0]``, judged as in ``text_claims``): NoPE
+    models at initialisation need no training, so a chapter judges it live. ``scores`` as
+    ``text_claims``'s, its NoPE init rows read, at least ``TEXT_MIN_SEEDS`` seeds."""
+    nope = scores[(scores.encoding == "none") & (scores.stage == "init")]
+    if nope.seed.nunique() < TEXT_MIN_SEEDS:
+        raise ValueError(f"text_init_claims: {nope.seed.nunique()} seeds; at least "
+                         f"{TEXT_MIN_SEEDS}")
+    tests = _text_init_tests(nope)
+    if not tests:
+        raise ValueError(f"text_init_claims: no NoPE init scores at lengths {TEXT_LENGTHS}")
+    return _judge_families(tests, alpha)

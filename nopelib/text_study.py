@@ -28,6 +28,7 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
+import pandas as pd
 import torch
 
 from nopelib import claims, results
@@ -36,11 +37,13 @@ from nopelib.checkpoint import RunCheckpoints
 from nopelib.corpus import load
 from nopelib.memo import is_cached, memo
 from nopelib.model import GPT
+from nopelib.params import SEED, Choice, ListOf
 from nopelib.probe import RidgeConfig, probe_model
 from nopelib.probe_study import sequences_for
 from nopelib.text_lm import (ENCODINGS, TEXT_PROFILES, TextProfile, bits_per_char,
                              get_text_profile, layer_scores, lengths_for, run_key, sample,
                              train_text, unigram_bits)
+from nopelib.theory_config import closed_form_ratio, predict_config_score
 
 PROBE_W = 4  # the probes' window, as the trained study's
 PROBE_SEEDS = (0, 1, 2)
@@ -72,6 +75,51 @@ def measure(model: GPT, encoding: str, profile: TextProfile) -> tuple[dict, list
                     "seed": int(r.seed), "nrmse": float(r.nrmse), "r": float(r.r)}
                    for r in table.itertuples()]
     return scores, probes
+
+
+def init_scores(profile: str, seeds: list[int], lengths: list[int]) -> pd.DataFrame:
+    """The chapter's live part: every layer's adjacency score of the NoPE models at
+    initialisation (``text_run``'s initial draws), the mean over the rule's windows of the
+    test books at each of ``lengths``; one row per (seed, layer, length), with the columns
+    ``claims.text_claims`` reads (encoding "none", stage "init")."""
+    prof = get_text_profile(profile)
+    corpus = load()
+    rows = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        model = GPT(prof.config("none", len(corpus.vocab))).eval()
+        for n in lengths:
+            windows = corpus.windows("test", n, claims.TEXT_WINDOWS, claims.TEXT_WINDOW_SEED)
+            for layer, score in enumerate(layer_scores(model, windows).mean(0)):
+                rows.append({"encoding": "none", "stage": "init", "seed": seed,
+                             "layer": layer, "length": n, "score": float(score)})
+    return pd.DataFrame(rows)
+
+
+def init_predicted(profile: str, lengths: list[int]) -> pd.DataFrame:
+    """The averaging theory's layer-1 score of the NoPE model at initialisation, from its
+    configuration alone (``theory_config.predict_config_score``: nothing measured), on the
+    rule's windows at each of ``lengths``; one row per length, with the closed-form ratio
+    ``rho`` of the token embedding to one value vector."""
+    config = get_text_profile(profile).config("none", len(load().vocab))
+    corpus = load()
+    rho = closed_form_ratio(config)
+    return pd.DataFrame([
+        {"length": n, "rho": rho, "predicted": predict_config_score(config, [
+            list(w) for w in corpus.windows("test", n, claims.TEXT_WINDOWS,
+                                            claims.TEXT_WINDOW_SEED)])}
+        for n in lengths])
+
+
+# The text chapter's parameters (its ``parameters`` cell: edit the two together)
+CHAPTER_PARAMS = {
+    "profile": Choice(TEXT_PROFILES),
+    "seeds": ListOf(SEED, unique=True, min_len=claims.TEXT_MIN_SEEDS, max_len=10,
+                    why="the seed is the unit (3 for the rule); each seed scores one model at "
+                        "every length, about half a minute"),
+    "lengths": ListOf(Choice(claims.TEXT_LENGTHS), unique=True,
+                      why="the rule's lengths (claims.TEXT_LENGTHS)"),
+}
 
 
 def text_run(encoding: str, seed: int, profile: str) -> dict:
@@ -152,8 +200,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None,
                         help="default: book/results/text_<profile>.json")
     args = parser.parse_args(argv)
-    from nopelib.params import (SEED, Choice, Int, ListOf, check_args,
-                                training_time_problem)
+    from nopelib.params import Int, check_args, training_time_problem
 
     prof = TEXT_PROFILES[args.profile]
     seeds = list(prof.seeds) if args.seeds is None else args.seeds

@@ -416,3 +416,14 @@ def test_text_readings_need_three_seeds_per_encoding():
         claims.text_claims(scores[scores.length != 1024], bpc, baseline_bpc=4.3)
     with pytest.raises(ValueError, match="the same for both"):
         claims.text_claims(scores, bpc.assign(seed=[0, 1, 2, 0, 1, 3]), baseline_bpc=4.3)
+
+
+def test_the_text_initialisation_reading_alone_is_the_full_rules_first():
+    scores, bpc = _text_frames(trained_l1=0.85, beyond_l1=0.75, last=0.65, nope_bpc=2.2)
+    alone = claims.text_init_claims(scores)
+    full = claims.text_claims(scores, bpc, baseline_bpc=4.3)
+    first = full[full.claim == claims.TEXT_CLAIMS[0][0]].drop(columns="note")
+    pd.testing.assert_frame_equal(alone.reset_index(drop=True), first.reset_index(drop=True))
+    assert set(alone["verdict"]) == {"holds"}
+    with pytest.raises(ValueError, match="at least 3"):
+        claims.text_init_claims(scores[scores.seed < 2])

@@ -196,6 +196,9 @@ BAD = [  # (chapter, parameters, what the error must name): every finding of iss
     ("long_sequences", {"layer": 7}, "layer=7"),
     ("early_dynamics", {"profile": "cpu"}, "profile='cpu'"),
     ("early_dynamics", {"init_seeds": [0, 0]}, "init_seeds=[0, 0]"),
+    ("text", {"seeds": [0, 1]}, "seeds=[0, 1]"),  # fewer than the rule's 3
+    ("text", {"lengths": [100]}, "lengths=[100]"),
+    ("text", {"profile": "study"}, "profile='study'"),
     ("early_dynamics", {"init_profiles": ["paper"]}, "init_profiles=['paper']"),
     ("intro", {"headline_profile": "bogus"}, "headline_profile='bogus'"),
 ]
@@ -264,7 +267,7 @@ def _run_check(chapter: str, params: dict) -> None:
 
 
 @pytest.mark.parametrize("chapter", ["averaging_effect", "random_init", "trained", "probes",
-                                     "long_sequences"])
+                                     "long_sequences", "text"])
 def test_every_chapter_passes_its_defaults(monkeypatch, chapter):
     """Nothing the check cell defines (imports, the spec) reads as an unknown parameter."""
     monkeypatch.delenv(ALLOW_SLOW_ENV, raising=False)
