@@ -571,19 +571,19 @@ TEXT_MIN_SEEDS = 3  # per encoding: the fewest seeds a text verdict is given on
 TEXT_WINDOWS = 32
 TEXT_WINDOW_SEED = 0
 TEXT_CLAIMS = (
-    ("text: layer 1 shows the pattern at initialisation",
+    ("beyond: text, layer 1 shows the pattern at initialisation",
      "NoPE, initialised: layer 1 above 0.6 at every length"),
-    ("text: layer 1 shows the pattern after training",
+    ("beyond: text, layer 1 shows the pattern after training",
      "NoPE, trained: layer 1 above 0.6 at every length up to the context"),
-    ("text: layer 1 in the paper's range after training",
+    ("beyond: text, layer 1 in the paper's range after training",
      "NoPE, trained: layer 1 at least 0.8 at every length up to the context"),
-    ("text: every layer shows the pattern after training",
+    ("beyond: text, every layer shows the pattern after training",
      "NoPE, trained: every layer from 1 above 0.6 at the context length"),
-    ("text: the pattern reaches past the trained length",
+    ("beyond: text, the pattern reaches past the trained length",
      "NoPE, trained: layer 1 above 0.6 at every length beyond the context"),
-    ("4 on text: later layers weaken it",
+    ("beyond: text, later layers weaken it (claim 4)",
      "NoPE, trained: the last layer minus layer 1 below 0 at the context length"),
-    ("text: what NoPE pays",
+    ("beyond: text, what NoPE pays",
      "test bits per character, NoPE minus learned position, paired by seed, above 0"),
 )
 TEXT_RULE = (f"the seed as the unit (at least {TEXT_MIN_SEEDS} per encoding); a score is the "

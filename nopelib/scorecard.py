@@ -36,7 +36,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from nopelib import analysis as an, claims, long_context, results, study
+from nopelib import analysis as an, claims, corpus, long_context, results, study
+from nopelib import text_lm, text_study
 from nopelib.memo import memo
 from nopelib.model import GPTConfig
 from nopelib.params import Choice
@@ -474,6 +475,40 @@ def long_rows() -> list[dict]:
     return rows
 
 
+TEXT_PAPER = (  # the text readings (claims.TEXT_CLAIMS), as the scorecard states them
+    "(not in the paper) The pattern shows on real text before training, in the text study's "
+    "NoPE models.",
+    "(not in the paper) A NoPE language model trained on real text shows it in layer 1.",
+    "(not in the paper) ... in the paper's layer-1 range (0.8 or more).",
+    "(not in the paper) ... in every layer.",
+    "(not in the paper) ... past the length it was trained on.",
+    "(not in the paper) Claim 4 on text: its last layer ends below layer 1.",
+    "(not in the paper) NoPE pays for position on text: higher test bits per character than "
+    "a learned position table.",
+)
+
+
+def text_rows() -> list[dict]:
+    """Rows past the paper on real text (``claims.TEXT_CLAIMS``): the initialisation reading
+    judged on the text chapter's live study at its default parameters (the same cached call
+    as the chapter's), the trained readings untested until the text study is committed."""
+    p = chapter_defaults("text")
+    prof = text_lm.get_text_profile(p["profile"])
+    model = _model(prof.config("none", len(corpus.load().vocab)))
+    specs = [(c, r, (c, paper, "text", anchor)) for (c, r), paper, anchor in zip(
+        claims.TEXT_CLAIMS, TEXT_PAPER,
+        ["the-first-reading-of-the-rule"] + ["the-trained-study-and-the-rule-that-will-judge-it"]
+        * (len(claims.TEXT_CLAIMS) - 1))]
+    scores = memo(text_study.init_scores, p["profile"], p["seeds"], p["lengths"])
+    table = claims.claim_table(claims.text_init_claims(scores), by="group")
+    claim, reading, spec = specs[0]
+    rows = [_row(spec, reading, model, table, "group",
+                 "live: the text study's NoPE models at initialisation, held-out windows of "
+                 "the test books")]
+    return rows + [_row(spec, r, model, None, "group", "no committed text study",
+                        "run python -m nopelib.text_study") for _, r, spec in specs[1:]]
+
+
 def _refs(rows: Sequence[Mapping]) -> dict[tuple[str, str], str]:
     """Each (claim, reading)'s reference: the claim's number ("4", or "beyond"), with a
     letter in order of appearance where several readings share the number ("4a", "4b";
@@ -519,7 +554,7 @@ def scorecard(profiles: str | Sequence[str] = TRAINED_PROFILES
                      "lengths past the paper's", headline["model"], None, "group",
                      "no trained model on long sequences", "untested on trained models; at "
                      "initialisation see the long-sequence rows below"))
-    rows += beyond_rows(ev, p) + long_rows()
+    rows += beyond_rows(ev, p) + long_rows() + text_rows()
     order = [spec[0] for spec in PAPER_ROWS]
     rows.sort(key=lambda r: order.index(r["claim"]) if r["claim"] in order else len(order))
     refs = _refs(rows)

@@ -196,6 +196,7 @@ def test_the_scorecard_puts_the_paper_models_rows_first_and_refs_each_reading(mo
     monkeypatch.setattr(scorecard, "init_rows", lambda ev, p: [])
     monkeypatch.setattr(scorecard, "beyond_rows", lambda ev, p: [])
     monkeypatch.setattr(scorecard, "long_rows", lambda: [])
+    monkeypatch.setattr(scorecard, "text_rows", lambda: [])
     monkeypatch.setattr(scorecard, "probe_rows", lambda pp, studies: [
         scorecard._row(scorecard.SPECS["5: trained"], scorecard.PROBE_READING, s["model"],
                        None, "group", "e", s["note"] or "stub") for s in studies])
@@ -325,3 +326,19 @@ def test_a_trained_study_in_flight_is_not_judged_on_the_scorecard(monkeypatch):
     rows = scorecard.trained_rows("study", ["reversal"])[0]
     assert rows and all(r["verdict"] == "untested" for r in rows)
     assert "not every seed in yet" in rows[0]["measured"]
+
+
+def test_text_rows_judge_the_initialisation_live_and_leave_the_trained_untested(monkeypatch):
+    from nopelib import text_study
+
+    seeds, lengths = [0, 1, 2], [32, 64, 128, 256, 512, 1024]
+    frame = pd.DataFrame([dict(encoding="none", stage="init", seed=s, layer=layer, length=n,
+                               score=(0.9 if layer else 0.5) + 0.01 * s)
+                          for s in seeds for n in lengths for layer in range(5)])
+    monkeypatch.setattr(scorecard, "memo", lambda fn, *args, **kw: fn(*args, **kw))
+    monkeypatch.setattr(text_study, "init_scores", lambda profile, s, n: frame)
+    rows = scorecard.text_rows()
+    assert [r["claim"] for r in rows] == [c for c, _ in claims.TEXT_CLAIMS]
+    assert all(r["claim"].startswith("beyond") and "text.html#" in r["section"] for r in rows)
+    assert rows[0]["verdict"] == "replicates" and "0.9" in rows[0]["measured"]
+    assert {r["verdict"] for r in rows[1:]} == {"untested"}
