@@ -171,10 +171,12 @@ def test_a_seed_twice_more_seeds_than_the_profile_or_a_copied_run_is_refused(tmp
     doc["runs"].append({**doc["runs"][4], "seed": 5, "key": "0" * 32})
     assert "runs[5].seed = 5: must be one of the study profile's seeds [0, 1, 2, 3, 4]" in (
         _refused(tmp_path, REVERSAL, doc))
-    doc = _committed(PAPER)  # one seed of five: a copy fits the count, not the content
-    doc["runs"].append({**doc["runs"][0], "seed": 2, "key": "0" * 32})
-    assert ("runs[1] (seed 2) holds the same trajectory as runs[0] (seed 1): a run copied "
-            "under another seed number") in _refused(tmp_path, PAPER, doc)
+    doc = _committed(PAPER)  # a study in flight: a copy fits the count, not the content
+    n, first = len(doc["runs"]), doc["runs"][0]["seed"]
+    free = min(set(range(5)) - {r["seed"] for r in doc["runs"]})
+    doc["runs"].append({**doc["runs"][0], "seed": free, "key": "0" * 32})
+    assert (f"runs[{n}] (seed {free}) holds the same trajectory as runs[0] (seed {first}): a "
+            "run copied under another seed number") in _refused(tmp_path, PAPER, doc)
     doc = _committed(REVERSAL)
     doc["runs"][3]["key"] = doc["runs"][0]["key"]
     assert "runs[3] repeats runs[0]'s key" in _refused(tmp_path, REVERSAL, doc)
