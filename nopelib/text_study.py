@@ -28,6 +28,7 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -56,14 +57,25 @@ SAMPLE_CHARS = 200
 RUN_SECONDS = {"text": 3_000.0, "text_tiny": 20.0}
 
 
+def rule_windows(n: int) -> np.ndarray:
+    """The windows a score reads under the rule: ``claims.TEXT_WINDOWS`` windows of ``n``
+    characters of the test books, drawn with ``claims.TEXT_WINDOW_SEED`` [windows, n]."""
+    return load().windows("test", n, claims.TEXT_WINDOWS, claims.TEXT_WINDOW_SEED)
+
+
+def initial_model(prof: TextProfile, encoding: str, seed: int) -> GPT:
+    """``train_text``'s initial draw for ``seed`` (eval mode)."""
+    torch.manual_seed(seed)
+    return GPT(prof.config(encoding, len(load().vocab))).eval()
+
+
 def measure(model: GPT, encoding: str, profile: TextProfile) -> tuple[dict, list[dict]]:
     """The adjacency score of every layer per length (mean and sd over the windows), and the
     probe rows (stage left to the caller) at the context length and, for NoPE, the longest."""
     corpus = load()
     scores = {}
     for n in lengths_for(encoding, profile):
-        windows = corpus.windows("test", n, claims.TEXT_WINDOWS, claims.TEXT_WINDOW_SEED)
-        per = layer_scores(model, windows)  # [windows, L+1]
+        per = layer_scores(model, rule_windows(n))  # [windows, L+1]
         scores[str(n)] = {"mean": per.mean(0).tolist(), "sd": per.std(0, ddof=1).tolist()}
     probes = []
     config = RidgeConfig()
@@ -83,14 +95,11 @@ def init_scores(profile: str, seeds: list[int], lengths: list[int]) -> pd.DataFr
     test books at each of ``lengths``; one row per (seed, layer, length), with the columns
     ``claims.text_claims`` reads (encoding "none", stage "init")."""
     prof = get_text_profile(profile)
-    corpus = load()
     rows = []
     for seed in seeds:
-        torch.manual_seed(seed)
-        model = GPT(prof.config("none", len(corpus.vocab))).eval()
+        model = initial_model(prof, "none", seed)
         for n in lengths:
-            windows = corpus.windows("test", n, claims.TEXT_WINDOWS, claims.TEXT_WINDOW_SEED)
-            for layer, score in enumerate(layer_scores(model, windows).mean(0)):
+            for layer, score in enumerate(layer_scores(model, rule_windows(n)).mean(0)):
                 rows.append({"encoding": "none", "stage": "init", "seed": seed,
                              "layer": layer, "length": n, "score": float(score)})
     return pd.DataFrame(rows)
@@ -102,13 +111,9 @@ def init_predicted(profile: str, lengths: list[int]) -> pd.DataFrame:
     rule's windows at each of ``lengths``; one row per length, with the closed-form ratio
     ``rho`` of the token embedding to one value vector."""
     config = get_text_profile(profile).config("none", len(load().vocab))
-    corpus = load()
     rho = closed_form_ratio(config)
-    return pd.DataFrame([
-        {"length": n, "rho": rho, "predicted": predict_config_score(config, [
-            list(w) for w in corpus.windows("test", n, claims.TEXT_WINDOWS,
-                                            claims.TEXT_WINDOW_SEED)])}
-        for n in lengths])
+    return pd.DataFrame([{"length": n, "rho": rho, "predicted": predict_config_score(
+        config, [list(w) for w in rule_windows(n)])} for n in lengths])
 
 
 # The text chapter's parameters (its ``parameters`` cell: edit the two together)
@@ -127,8 +132,7 @@ def text_run(encoding: str, seed: int, profile: str) -> dict:
     prof = get_text_profile(profile)
     corpus = load()
     device = torch.device("cpu")
-    torch.manual_seed(seed)  # train_text's initial draw for the seed
-    initial = GPT(prof.config(encoding, len(corpus.vocab))).eval()
+    initial = initial_model(prof, encoding, seed)
     init_scores, init_probes = measure(initial, encoding, prof)
     checkpoints = RunCheckpoints(resolve_cache_dir() / "checkpoints",
                                  run_key(encoding, seed, prof, device))
