@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from nopelib.claims import LEARNED_AT
 from nopelib.metrics import adjacency_score, cosine_similarity_matrix, layer_scores
 from nopelib.model import GPT, GPTConfig
 from nopelib.stats import summarize
@@ -98,7 +99,6 @@ def layer_matrix(text: str, layer: int, base: GPTConfig | None = None, seed: int
     return matrix, float(adjacency_score(matrix))
 
 
-LEARNED_AT = 0.9  # exact match on the whole test split, every seed: the task is learned
 
 
 def is_learned(metrics: Sequence[Mapping], n_test: int) -> bool:

@@ -46,8 +46,8 @@ from nopelib.profiles import TrainProfile
 from nopelib.runs import Job, commit_run, score
 from nopelib.tasks import (IGNORE_INDEX, MAX_SEQ_LEN, PAD_ID, encode_batch, make_split,
                            sample_inputs)
-from nopelib.train import (TRAJECTORY_SEED, Checkpointing, autocast_for, evaluate, fit,
-                           trajectory_scores)
+from nopelib.train import TRAJECTORY_SEED, Checkpointing, evaluate, fit, trajectory_scores
+from nopelib.devices import autocast_for
 
 
 class _Loss(nn.Module):

@@ -53,7 +53,8 @@ from nopelib.probe import (FEATURE_SETS, ProbeConfig, RidgeConfig, features, fit
 from nopelib.tasks import CHARS, TASKS, encode_batch, encode_inputs, make_split
 from nopelib.launch import train_many
 from nopelib.profiles import PROFILES
-from nopelib.train import adamw, evaluate, greedy_accuracy, resolve_device, train, train_step
+from nopelib.train import adamw, evaluate, greedy_accuracy, train, train_step
+from nopelib.devices import resolve_device
 
 ROOT = Path(__file__).resolve().parents[1]
 

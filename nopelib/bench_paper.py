@@ -5,7 +5,7 @@ the ``paper_study`` profile's model) at batch 64 on one batch of every task (eac
 own length), on one thread as the study trains, under:
 
 - float32 eager (the reference);
-- bf16 autocast, where the CPU has bf16 units (``train.bf16_available``);
+- bf16 autocast, where the CPU has bf16 units (``devices.bf16_available``);
 - ``torch.compile`` of each of them;
 
 interleaved (one step of each per repeat, so load changes hit them alike), medians over the
@@ -33,7 +33,8 @@ from nopelib.bench_report import write_json
 from nopelib.params import Int, OutPath, check_args
 from nopelib.profiles import PROFILES
 from nopelib.tasks import TASKS, encode_batch, make_split
-from nopelib.train import adamw, bf16_available, train_step
+from nopelib.train import adamw, train_step
+from nopelib.devices import bf16_available
 
 PROFILE = "paper_study"
 MODES = (  # (name, bf16 autocast, torch.compile); the reference first

@@ -1,4 +1,4 @@
-"""Where nopelib's caches live, how their keys see the source, and how entries are committed.
+"""Where nopelib's caches live, and how their entries are committed and checked.
 
 Two caches share this module: the run cache (``nopelib.train``: trained weights and metrics)
 and the results cache (``nopelib.memo``: the chapters' studies). Both follow the same rules,
@@ -20,7 +20,6 @@ Importing this module also points numba's on-disk cache at ``<cache>/numba`` (un
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import os
 import shutil
@@ -30,7 +29,6 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -40,10 +38,6 @@ STALE_SECONDS = 24 * 3600  # a .tmp-* staging entry older than this belongs to a
 # free space left over on top of what the work will write: a disk filled to its last byte
 # fails whatever else writes to it
 FREE_MARGIN_BYTES = 64 * 2**20
-# A source file modified this recently is read afresh on every call, not served from the
-# per-process cache: file times tick in jiffies, so an edit within the tick that stamped the
-# cached copy would otherwise go unseen (git's "racy" files)
-RACY_SECONDS = 2.0
 
 
 class CacheWarning(UserWarning):
@@ -60,77 +54,6 @@ def resolve_cache_dir(override: str | Path | None = None) -> Path:
         return Path(os.environ[CACHE_ENV])
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "nopelib"
-
-
-@dataclass(frozen=True)
-class _Source:
-    stamp: tuple[int, ...]  # (inode, size, mtime_ns, ctime_ns): any edit changes one of them
-    data: bytes
-    imports: tuple[str, ...]  # the nopelib files it imports (``import_closure``)
-
-
-_SOURCES: dict[Path, _Source] = {}  # per process: parsing a source's AST costs milliseconds
-
-
-def _source(path: Path) -> _Source | None:
-    """The bytes and nopelib imports of the source file ``path`` (None: not a file), read once
-    per process and again whenever the file's stat changes."""
-    try:
-        info = path.stat()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    if not stat.S_ISREG(info.st_mode):
-        return None
-    stamp = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-    known = _SOURCES.get(path)
-    if known is not None and known.stamp == stamp:
-        return known
-    data = path.read_bytes()
-    imports: list[str] = []
-    for node in ast.walk(ast.parse(data)):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            if node.module == "nopelib":  # from nopelib import a, b
-                imports += [f"{alias.name}.py" for alias in node.names]
-            elif node.module.startswith("nopelib."):
-                imports.append(node.module.split(".")[1] + ".py")
-        elif isinstance(node, ast.Import):
-            imports += [a.name.split(".")[1] + ".py" for a in node.names
-                        if a.name.startswith("nopelib.")]
-    source = _Source(stamp, data, tuple(imports))
-    if time.time_ns() - max(info.st_mtime_ns, info.st_ctime_ns) > RACY_SECONDS * 1e9:
-        _SOURCES[path] = source
-    return source
-
-
-def source_hash(names: Iterable[str] | None = None, package_dir: Path | None = None) -> str:
-    """SHA-256 of the bytes of the named source files of ``package_dir`` (nopelib's when None;
-    every ``*.py`` when ``names`` is None), so that editing the code that produced an entry
-    invalidates it. Each file is read once per process and again once it is edited."""
-    folder = PACKAGE_DIR if package_dir is None else package_dir
-    paths = sorted(folder.glob("*.py")) if names is None else [folder / n for n in names]
-    h = hashlib.sha256()
-    for path in paths:
-        source = _source(path)
-        if source is None:
-            raise FileNotFoundError(f"source file {path} is missing")
-        h.update(path.name.encode() + b"\0" + source.data + b"\0")
-    return h.hexdigest()
-
-
-def import_closure(entry_points: Iterable[str]) -> tuple[str, ...]:
-    """The nopelib source files that ``entry_points`` (file names in the package) import,
-    directly or through each other, themselves included: read from every ``import`` statement
-    of the code (inside functions too), so no hand-kept list can fall behind the code."""
-    seen: set[str] = set()
-    todo = list(entry_points)
-    while todo:
-        name = todo.pop()
-        source = None if name in seen else _source(PACKAGE_DIR / name)
-        if source is None:
-            continue
-        seen.add(name)
-        todo += source.imports
-    return tuple(sorted(seen))
 
 
 def open_regular(path: Path, max_bytes: int) -> BinaryIO:

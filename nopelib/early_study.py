@@ -44,7 +44,8 @@ from nopelib.analysis import random_model
 from nopelib.memo import is_cached, memo
 from nopelib.metrics import layer_scores
 from nopelib.model import GPT, GPTConfig
-from nopelib.params import SEED, Choice, ListOf, training_time_problem
+from nopelib.params import SEED, Choice, ListOf
+from nopelib.gate import training_time_problem
 from nopelib.profiles import PROFILES, TrainProfile, check_seed, get_profile
 from nopelib.tasks import TASKS, get_task, sample_inputs
 from nopelib.train import TRAJECTORY_SEED, train

@@ -212,8 +212,8 @@ def main(argv: list[str] | None = None) -> None:
         backend = "batched"
     out = args.out or Path(f"grid_{args.name}.json")
     from nopelib.distributed import ADDRESS_ENV, RAY_DEVICES
-    from nopelib.params import (Choice, Device, Float, Int, OutPath, check_args,
-                                training_time_problem)
+    from nopelib.params import Choice, Device, Float, Int, OutPath, check_args
+    from nopelib.gate import training_time_problem
 
     cluster = backend == "ray" and bool(args.address or os.environ.get(ADDRESS_ENV))
     if cluster:  # a Ray cluster trains on its own devices, not this machine's

@@ -37,9 +37,10 @@ from pathlib import Path
 import torch
 
 from nopelib import cache, results
-from nopelib.analysis import LEARNED_AT
+from nopelib.claims import LEARNED_AT
 from nopelib.launch import train_many
-from nopelib.params import Choice, ListOf, OutPath, check_args, training_time_problem
+from nopelib.params import Choice, ListOf, OutPath, check_args
+from nopelib.gate import training_time_problem
 from nopelib.study import live_seconds, load_study, reproduction
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -40,7 +40,7 @@ from nopelib.profiles import TrainProfile, check_seed, get_profile
 from nopelib.runs import (Job, TrainedRun, find_missing, load_run, prepare_runs_dir, run_key,
                           run_write_bytes, train_or_load)
 from nopelib.tasks import MAX_SEQ_LEN, TASKS, get_task
-from nopelib.train import resolve_device
+from nopelib.devices import resolve_device
 
 BACKENDS = ("local", "ray", "batched")  # where train_missing trains the missing runs
 # Sustained training FLOP/s of one run on one CPU thread (about 6 * params * tokens / seconds,

@@ -4,14 +4,15 @@
 disk. A call is identified by its content, not by names: the function's module, qualified name
 and source (so a notebook's function that is edited computes afresh), the instance a bound
 method is bound to, every argument (tensors, arrays and models by the bytes of their values,
-numpy scalars with their dtype), the bytes of every nopelib source file, and the torch, numpy
-and pandas versions. A function defined in a notebook (``__main__``, or any module that
+numpy scalars with their dtype), the nopelib code it depends on (``code_hash``: the modules the
+function's module and the nopelib objects it was fed import, each by its syntax, through
+``nopelib.sources``), and the torch, numpy and pandas versions. A function defined in a notebook (``__main__``, or any module that
 ``import`` cannot find) is keyed as well by what it reads that its source does not show: the
 values of the globals its code loads, of its defaults and of its free variables. A notebook
 function among those counts by the same rule, recursively; modules, and the functions and
-classes of importable modules, count by name (their source, or the package hash, covers them);
+classes of importable modules, count by name (their source, or the code hash, covers them);
 builtins are skipped. A function of an importable module is keyed by its source, not by its
-module's globals (nopelib's are in the package hash). Whatever memo cannot fingerprint (an
+module's globals (nopelib's are in the code hash). Whatever memo cannot fingerprint (an
 argument, a bound instance, a global) is a TypeError naming it: a call that memo cannot key is
 refused rather than served a stale result.
 
@@ -61,6 +62,7 @@ import io
 import json
 import math
 import os
+import re
 import stat
 import struct
 import sys
@@ -75,7 +77,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from nopelib import cache
+from nopelib import cache, sources
 
 MEMO_ENV = "NOPELIB_MEMO"
 FORMAT = 2  # 2: the checksum covers the document as well as the arrays
@@ -93,7 +95,6 @@ _DIRECTORY_ENTRY_BYTES = 128  # a directory entry: 46 bytes and a name ("a49999.
 # size is checked again before the write
 EXPECTED_ENTRY_BYTES = 16 << 20
 _READ_CHUNK = 16 << 20  # arrays are inflated this much at a time, straight into their buffer
-_PACKAGE_DIR = cache.PACKAGE_DIR
 _NUMERIC_KINDS = "biuf"  # bool, signed and unsigned integer, float: no objects, no pickle
 # The instance layout of a plain Python class: one whose state is all in its __dict__
 _PLAIN_BASICSIZE = type("_Plain", (), {}).__basicsize__
@@ -101,12 +102,48 @@ R = TypeVar("R")
 
 
 def package_hash() -> str:
-    """SHA-256 of the bytes of every nopelib source file (read once per process, and again
-    once edited: ``cache.source_hash``)."""
-    return cache.source_hash(package_dir=_PACKAGE_DIR)
+    """SHA-256 of every nopelib source file, each by its syntax (``sources.source_hash``)."""
+    return sources.source_hash()
 
 
-def _feed(h: "hashlib._Hash", obj: Any, where: str) -> None:
+def _named(obj: Any) -> str:
+    """A function's or class's dotted name as keys record it (``sources.key_name``)."""
+    return sources.key_name(f"{obj.__module__}.{obj.__qualname__}")
+
+
+class _Recording:
+    """A hash that also notes the dotted names of the nopelib objects fed to it by name
+    (``module:``, ``defined:``, ``class:``, ``dataclass:``, ``instance:``): the code a key's
+    value depends on besides the called function's own module."""
+
+    _NAMED = re.compile(r"(?:module|defined|class|dataclass|instance):(nopelib(?:\.\w+)*)")
+
+    def __init__(self) -> None:
+        self.h = hashlib.sha256()
+        self.names: set[str] = set()
+
+    def update(self, data: bytes) -> None:
+        self.h.update(data)
+        if len(data) < 4096:  # names come in short updates; arrays in long ones
+            self.names.update(self._NAMED.findall(data.decode("latin-1")))
+
+    def hexdigest(self) -> str:
+        return self.h.hexdigest()
+
+
+def code_hash(fn: Callable[..., Any], named: set[str]) -> str:
+    """The source hash a call of ``fn`` is keyed by: the import closure of ``fn``'s module
+    and of the nopelib modules it was fed by name (``named``), so editing a module changes the
+    keys of the studies that import it and no others. A function of a module outside nopelib
+    other than a notebook's (a script, a test) may call nopelib through imports no key sees:
+    it gets the whole package."""
+    module = getattr(fn, "__module__", None) or "?"
+    if module.split(".")[0] != sources.PACKAGE and module != "__main__":
+        return package_hash()
+    return sources.module_closure_hash({module, *named})
+
+
+def _feed(h: _Recording, obj: Any, where: str) -> None:
     """Add an unambiguous encoding of ``obj`` to ``h``; ``where`` names it in errors."""
     if isinstance(obj, np.generic):  # before float: np.float64 is a float, and 0.5 is no float32
         h.update(f"scalar:{obj.dtype.str}:{obj.tobytes().hex()};".encode())
@@ -131,12 +168,12 @@ def _feed(h: "hashlib._Hash", obj: Any, where: str) -> None:
         h.update(f"array:{obj.dtype.str}:{obj.shape};".encode())
         h.update(np.ascontiguousarray(obj).tobytes())
     elif isinstance(obj, torch.nn.Module):
-        h.update(f"module:{type(obj).__module__}.{type(obj).__qualname__}:training={obj.training};".encode())
+        h.update(f"module:{_named(type(obj))}:training={obj.training};".encode())
         if dataclasses.is_dataclass(getattr(obj, "config", None)):
             _feed(h, obj.config, f"{where}.config")
         _feed(h, dict(obj.state_dict()), f"{where}.state_dict()")
     elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        h.update(f"dataclass:{type(obj).__module__}.{type(obj).__qualname__}".encode())
+        h.update(f"dataclass:{_named(type(obj))}".encode())
         _feed(h, {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}, where)
     else:
         raise TypeError(f"{where} has type {type(obj).__name__}, which memo cannot fingerprint; allowed: "
@@ -152,15 +189,15 @@ def _is_plain_instance(obj: Any) -> bool:
             and cls.__itemsize__ == 0 and not any("__slots__" in vars(c) for c in cls.__mro__))
 
 
-def _feed_bound(h: "hashlib._Hash", obj: Any, where: str) -> None:
+def _feed_bound(h: _Recording, obj: Any, where: str) -> None:
     """The instance a method is bound to (``fn.__self__``): a method's result depends on it."""
     if isinstance(obj, types.ModuleType):  # a builtin function's __self__ is its module
-        h.update(f"module:{obj.__name__};".encode())
+        h.update(f"module:{sources.key_name(obj.__name__)};".encode())
     elif isinstance(obj, type):  # a classmethod: which class (a subclass) it was called on
-        h.update(f"class:{obj.__module__}.{obj.__qualname__};".encode())
+        h.update(f"class:{_named(obj)};".encode())
     elif (_is_plain_instance(obj) and not dataclasses.is_dataclass(obj)
           and not isinstance(obj, torch.nn.Module)):
-        h.update(f"instance:{type(obj).__module__}.{type(obj).__qualname__}".encode())
+        h.update(f"instance:{_named(type(obj))}".encode())
         _feed(h, vars(obj), f"{where}.__dict__")
     else:
         _feed(h, obj, where)
@@ -205,21 +242,21 @@ def _in_importable_module(obj: Any) -> bool:
             and (bound is None or isinstance(bound, types.ModuleType)))
 
 
-def _feed_read_value(h: "hashlib._Hash", value: Any, where: str, seen: set[int]) -> None:
+def _feed_read_value(h: _Recording, value: Any, where: str, seen: set[int]) -> None:
     """A value a notebook function reads besides its arguments (a global, default or free
     variable): modules and importable functions or classes by name, notebook functions by
     source and what they read, anything else by value."""
     if isinstance(value, types.ModuleType):
-        h.update(f"module:{value.__name__};".encode())
+        h.update(f"module:{sources.key_name(value.__name__)};".encode())
     elif _in_importable_module(value):
-        h.update(f"defined:{value.__module__}.{value.__qualname__};".encode())
+        h.update(f"defined:{_named(value)};".encode())
     elif isinstance(value, (types.FunctionType, types.MethodType)):
         _feed_function(h, value, where, seen)
     else:
         _feed(h, value, where)
 
 
-def _feed_function(h: "hashlib._Hash", fn: Callable[..., Any], where: str, seen: set[int]) -> None:
+def _feed_function(h: _Recording, fn: Callable[..., Any], where: str, seen: set[int]) -> None:
     """What ``fn`` computes besides its arguments (see the module docstring); ``seen`` holds the
     notebook functions already fed, so that recursive ones end."""
     h.update(function_fingerprint(fn).encode() + b"\0")
@@ -246,15 +283,17 @@ def _feed_function(h: "hashlib._Hash", fn: Callable[..., Any], where: str, seen:
 def call_key(fn: Callable[..., Any], args: tuple, kwargs: dict) -> str:
     """The content hash that identifies ``fn(*args, **kwargs)`` (see the module docstring)."""
     name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
+    keyed = sources.key_name(name)  # a nopelib module by its name, not its wing
     if "<lambda>" in name or "<locals>" in name:
         raise ValueError(f"fn={name!r} must be a module-level function: a lambda or local function "
                          "has no stable identity to cache under")
-    h = hashlib.sha256()
-    h.update(f"{name};{package_hash()};torch {torch.__version__};numpy {np.__version__};"
+    h = _Recording()
+    h.update(f"{keyed};torch {torch.__version__};numpy {np.__version__};"
              f"pandas {pd.__version__};".encode())
     _feed_function(h, fn, name, set())
     _feed(h, list(args), "args")
     _feed(h, kwargs, "kwargs")
+    h.update(f"source {code_hash(fn, h.names)};".encode())
     return h.hexdigest()[:40]
 
 

@@ -225,7 +225,7 @@ class ListOf(Rule):
 
 @dataclass(frozen=True)
 class Device(Rule):
-    """A device name that ``nopelib.train.resolve_device`` accepts on this machine."""
+    """A device name that ``nopelib.devices.resolve_device`` accepts on this machine."""
 
     def allowed(self) -> str:
         return ("'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', available on this machine"
@@ -236,7 +236,7 @@ class Device(Rule):
 
     @staticmethod
     def _unusable(value: Any) -> str | None:
-        from nopelib.train import resolve_device  # torch: imported only when a chapter asks
+        from nopelib.devices import resolve_device  # torch: imported only when a chapter asks
 
         try:
             resolve_device(value)
@@ -307,11 +307,12 @@ def _size(value: Any) -> float:
     return value
 
 
-def _hours(hours: float) -> str:
+def hours_text(hours: float) -> str:
+    """Hours as a refusal shows them: one decimal under ten."""
     return f"{hours:,.1f}" if hours < 10 else f"{hours:,.0f}"
 
 
-def _slow(message: str, allowed: str) -> str | None:
+def slow_refusal(message: str, allowed: str) -> str | None:
     """The refusal of work expected to take over an hour (``message`` says how long), or None
     after a warning where ``$NOPELIB_ALLOW_SLOW=1`` opts in."""
     if os.environ.get(ALLOW_SLOW_ENV) == "1":
@@ -352,12 +353,12 @@ class Cost:
         names = " x ".join([*self.sizes, *([self.scale_text] if self.scale else [])])
         shown = " x ".join(f"{f:,.3g}" if isinstance(f, float) else f"{f:,}" for f in factors)
         limit = self.max_hours * 3600 / self.seconds_each
-        return _slow(f"{names} = {shown} = {units:,.0f} unit(s) of {self.each}: about "
-                     f"{_hours(seconds / 3600)} h", f"at most {self.max_hours:g} h "
+        return slow_refusal(f"{names} = {shown} = {units:,.0f} unit(s) of {self.each}: about "
+                     f"{hours_text(seconds / 3600)} h", f"at most {self.max_hours:g} h "
                      f"({limit:,.0f} units)")
 
 
-def _shown(value: Any, limit: int = 200) -> str:
+def shown(value: Any, limit: int = 200) -> str:
     """``repr(value)``, cut short: a 20,000-item list should not fill the screen."""
     text = repr(value)
     if len(text) <= limit:
@@ -389,7 +390,7 @@ def _unknown(spec: Mapping[str, Rule], params: Mapping[str, Any]) -> list[str]:
             continue
         close = difflib.get_close_matches(name, list(spec), n=1)
         hint = f"did you mean {close[0]!r}?" if close else f"its parameters: {sorted(spec)}"
-        problems.append(f"{name}={_shown(value)} is not a parameter of this chapter; {hint}")
+        problems.append(f"{name}={shown(value)} is not a parameter of this chapter; {hint}")
     return problems
 
 
@@ -404,7 +405,7 @@ def check_params(spec: Mapping[str, Rule], params: Mapping[str, Any]) -> None:
             continue
         why = rule.problem(params[name], params)
         if why is not None:
-            problems.append(f"{name}={_shown(params[name])} is not allowed: {why}")
+            problems.append(f"{name}={shown(params[name])} is not allowed: {why}")
     problems += _unknown(spec, params)
     if problems:
         raise ValueError("bad parameter(s):\n  " + "\n  ".join(problems))
@@ -440,49 +441,3 @@ def check_args(parser: argparse.ArgumentParser, checks: Mapping[str, tuple[Any, 
                 for why in _arg_problems(flag, value, rule, flags)]
     if problems:
         parser.error("\n  ".join(problems))
-
-
-TRAINING_ALLOWED = "a GPU (device='cuda'), profile 'cpu'"  # what check_training_time suggests
-
-
-def training_time_problem(profile: Any, n_runs: int, device: str = "auto",
-                          run_seconds: float | None = None, workers: int | None = None,
-                          basis: str = "as measured", allowed: str = TRAINING_ALLOWED
-                          ) -> str | None:
-    """None, or the refusal of CPU training expected to take over SLOW_HOURS (after a warning
-    with the expected time where $NOPELIB_ALLOW_SLOW=1). ``profile`` is a profile name or a
-    ``TrainProfile``, or a list of them trained one after another (a grid's configurations),
-    each ``n_runs`` times on ``workers`` processes (default: one per core). One run takes
-    ``run_seconds`` on one thread (a measured time, e.g. the committed study's, described by
-    ``basis``), else ``launch.expected_cpu_seconds``. ``allowed`` names the ways out."""
-    from nopelib.launch import expected_cpu_seconds
-    from nopelib.profiles import get_profile
-    from nopelib.train import resolve_device
-
-    if resolve_device(device).type != "cpu" or n_runs < 1:
-        return None
-    profs = [get_profile(p) for p in (profile if isinstance(profile, (list, tuple))
-                                      else [profile])]
-    processes = min(workers or os.cpu_count() or 1, n_runs)
-    rounds = math.ceil(n_runs / processes)
-    hours = sum(expected_cpu_seconds(p) if run_seconds is None else run_seconds
-                for p in profs) * rounds / 3600
-    if hours <= SLOW_HOURS:
-        return None
-    # a budget that follows progress has no cost known in advance: its step cap bounds it
-    bound = " up to" if run_seconds is None and any(p.stop_at for p in profs) else ""
-    who = (f"profile={profs[0].name!r} trains {n_runs} run(s)" if len(profs) == 1 else
-           f"profiles {_shown([p.name for p in profs])} train {n_runs} run(s) each")
-    return _slow(f"{who} on the CPU in{bound} about {_hours(hours)} h ({processes} "
-                 f"process(es), one thread each)"
-                 + (f" {basis}" if run_seconds is not None else "")
-                 + (" (its step cap)" if bound else ""), allowed)
-
-
-def check_training_time(profile: Any, n_runs: int, device: str = "auto",
-                        run_seconds: float | None = None) -> None:
-    """Refuse, before any work, CPU training expected to take over SLOW_HOURS, unless
-    $NOPELIB_ALLOW_SLOW=1 (then warn with the expected time): ``training_time_problem`` on one
-    process per core, raised as a chapter's bad parameter."""
-    if (why := training_time_problem(profile, n_runs, device, run_seconds)) is not None:
-        raise ValueError(f"bad parameter(s):\n  {why}")

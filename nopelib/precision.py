@@ -41,7 +41,7 @@ from nopelib import results
 from nopelib.launch import train_many
 from nopelib.profiles import PRECISIONS, PROFILES, TrainProfile, get_profile
 from nopelib.tasks import TASKS
-from nopelib.train import bf16_available
+from nopelib.devices import bf16_available
 from nopelib.trained_study import study_profiles
 
 MAX_SEEDS = 20  # a bound on --seeds: each seed adds a float32 and a bf16 run per task
@@ -133,8 +133,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--out-dir", default=str(results.RESULTS_DIR))
     args = parser.parse_args(argv)
-    from nopelib.params import (SEED, Choice, Int, ListOf, OutPath, check_args,
-                                training_time_problem)
+    from nopelib.params import SEED, Choice, Int, ListOf, OutPath, check_args
+    from nopelib.gate import training_time_problem
 
     out = Path(args.out_dir) / f"precision_{args.profile}.json"
     prof = PROFILES[args.profile]

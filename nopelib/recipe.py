@@ -58,8 +58,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scale", type=int, default=4, help="multiple of the profile's steps")
     parser.add_argument("--device", default="auto")
     args = parser.parse_args(argv)
-    from nopelib.params import (SEED, Choice, Device, Int, ListOf, OutPath, check_args,
-                                training_time_problem)
+    from nopelib.params import SEED, Choice, Device, Int, ListOf, OutPath, check_args
+    from nopelib.gate import training_time_problem
 
     # exit 2 now, not after hours of training
     check_args(parser, {

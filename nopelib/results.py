@@ -44,7 +44,7 @@ import torch
 
 from nopelib import cache
 from nopelib.ablation import PARTS
-from nopelib.analysis import LEARNED_AT
+from nopelib.claims import LEARNED_AT
 from nopelib.claims import TEXT_ENCODINGS, past_plateau
 from nopelib.launch import BACKENDS
 from nopelib.model import GPTConfig

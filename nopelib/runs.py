@@ -41,13 +41,14 @@ import numpy as np
 import torch
 from safetensors.torch import load_model, save_model
 
-from nopelib import cache
+from nopelib import cache, sources
 from nopelib.cache import resolve_cache_dir
 from nopelib.checkpoint import KEEP, RunCheckpoints
 from nopelib.model import GPT, GPTConfig
 from nopelib.profiles import TrainProfile, check_seed, get_profile
 from nopelib.tasks import TASKS, get_task, make_split
-from nopelib.train import dtype_policy, evaluate, resolve_device, train
+from nopelib.train import evaluate, train
+from nopelib.devices import dtype_policy, resolve_device
 
 
 @dataclass
@@ -62,22 +63,22 @@ class TrainedRun:
 
 # The modules that train runs (one run here through the loop in ``train``, batched seeds in
 # ``batched``); every nopelib module they import, directly or through each other, decides what
-# a run trains into, so the run key hashes that import closure (``cache.import_closure``), read
-# from the code itself.
-TRAINING_ENTRY_POINTS = ("runs.py", "batched.py")
+# a run trains into, so the run key hashes that import closure (``sources.import_closure``),
+# read from the code itself, each module by its syntax (comments and docstrings do not count).
+TRAINING_ENTRY_POINTS = ("nopelib.runs", "nopelib.batched")
 
 
 def training_sources() -> tuple[str, ...]:
-    """The nopelib source files whose bytes are part of every run key: the import closure of
-    TRAINING_ENTRY_POINTS. Analysis, plotting, probe and benchmark code is outside it, so
-    editing them keeps the cache."""
-    return cache.import_closure(TRAINING_ENTRY_POINTS)
+    """The nopelib source files (relative to the package) whose syntax is part of every run
+    key: the import closure of TRAINING_ENTRY_POINTS. Analysis, plotting, probe and benchmark
+    code is outside it, so editing them keeps the cache."""
+    return sources.import_closure(sources.module_file(m) for m in TRAINING_ENTRY_POINTS)
 
 
 def source_hash() -> str:
-    """SHA-256 of the bytes of nopelib's training sources (``training_sources``): a change to
-    any of them invalidates every cached run."""
-    return cache.source_hash(training_sources())
+    """SHA-256 of nopelib's training sources (``training_sources``), each by its syntax: a
+    change to what any of them computes invalidates every cached run."""
+    return sources.source_hash(training_sources())
 
 
 def run_key(task: str, seed: int, profile: TrainProfile, device: str | torch.device = "cpu") -> str:

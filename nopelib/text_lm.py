@@ -26,10 +26,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from nopelib import sources
 from nopelib.checkpoint import RunCheckpoints
 from nopelib.claims import TEXT_ENCODINGS, TEXT_LENGTHS
 from nopelib.corpus import Corpus
-from nopelib.memo import package_hash
 from nopelib.metrics import adjacency_score, cosine_similarity_matrix
 from nopelib.model import GPT, GPTConfig
 from nopelib.profiles import TrainProfile
@@ -133,10 +133,11 @@ def get_text_profile(profile: str | TextProfile) -> TextProfile:
 
 
 def run_key(encoding: str, seed: int, profile: TextProfile, device: torch.device) -> str:
-    """A text run's checkpoint key: the profile, encoding, seed, the package's sources, the
-    device type, and the torch and numpy versions (what changes a run's bits)."""
+    """A text run's checkpoint key: the profile, encoding, seed, the sources this module
+    imports (``sources``: each by its syntax), the device type, and the torch and numpy
+    versions (what changes a run's bits)."""
     payload = {"profile": asdict(profile), "encoding": encoding, "seed": seed,
-               "source": package_hash(), "device_type": device.type,
+               "source": sources.module_closure_hash([__name__]), "device_type": device.type,
                "torch": torch.__version__, "numpy": np.__version__}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 

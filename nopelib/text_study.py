@@ -204,7 +204,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None,
                         help="default: book/results/text_<profile>.json")
     args = parser.parse_args(argv)
-    from nopelib.params import Int, check_args, training_time_problem
+    from nopelib.params import Int, check_args
+    from nopelib.gate import training_time_problem
 
     prof = TEXT_PROFILES[args.profile]
     seeds = list(prof.seeds) if args.seeds is None else args.seeds

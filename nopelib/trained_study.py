@@ -29,7 +29,7 @@ key (other training sources or device) is refused before any training.
 
 On the CPU, training expected to take over an hour (each run as long as the longest committed
 run of its tasks, on one process per core) needs ``NOPELIB_ALLOW_SLOW=1``
-(``params.training_time_problem``).
+(``gate.training_time_problem``).
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ from nopelib.cache import resolve_cache_dir
 from nopelib.runs import TrainedRun, load_run, run_key
 from nopelib.study import live_seconds
 from nopelib.tasks import TASKS, get_task
-from nopelib.train import TRAJECTORY_SEED, resolve_device
+from nopelib.train import TRAJECTORY_SEED
+from nopelib.devices import resolve_device
 
 
 PROBE_W = 4  # the probes' window: features per position (addition's sequences are short)
@@ -253,8 +254,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="train nothing: write the runs the cache holds (a study in "
                              "flight: k of the seeds)")
     args = parser.parse_args(argv)
-    from nopelib.params import (SEED, Choice, Device, Int, ListOf, OutPath, check_args,
-                                training_time_problem)
+    from nopelib.params import SEED, Choice, Device, Int, ListOf, OutPath, check_args
+    from nopelib.gate import training_time_problem
 
     prof = PROFILES[args.profile]
     if args.backend == "batched":  # its own runs, files and committed records

@@ -9,13 +9,8 @@ import pytest
 import torch
 
 from nopelib.metrics import layer_scores, length_groups
-from nopelib.analysis import (LEARNED_AT, band_region, config_scores, is_learned, layer_matrix,
-                              layer_mean_std, length_scores,
-                              lift_over_layer0, long_sequence, mean_std_table,
-                              paired_difference, permutation_gap, random_model,
-                              pairwise_differences, per_seed, reading_means,
-                              rise_to_last_layer, sample_inputs, seed_margins, seed_series,
-                              similarity_matrices, slider_frames, task_scores)
+from nopelib.analysis import band_region, config_scores, is_learned, layer_matrix, layer_mean_std, length_scores, lift_over_layer0, long_sequence, mean_std_table, paired_difference, permutation_gap, random_model, pairwise_differences, per_seed, reading_means, rise_to_last_layer, sample_inputs, seed_margins, seed_series, similarity_matrices, slider_frames, task_scores
+from nopelib.claims import LEARNED_AT
 from nopelib.metrics import adjacency_score, cosine_similarity_matrix
 from nopelib.model import GPTConfig
 from nopelib.tasks import TASKS, encode_inputs

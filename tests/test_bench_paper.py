@@ -6,7 +6,7 @@ from dataclasses import replace
 from nopelib import bench_paper
 from nopelib.model import GPTConfig
 from nopelib.profiles import PROFILES
-from nopelib.train import bf16_available
+from nopelib.devices import bf16_available
 
 
 def test_the_paper_benchmark_times_every_mode_against_float32(monkeypatch, tmp_path):

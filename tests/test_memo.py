@@ -26,7 +26,7 @@ import pytest
 import torch
 
 import nopelib.memo as memo_mod
-from nopelib import cache
+from nopelib import cache, metrics, sources
 from nopelib.cache import CacheWarning
 from nopelib.memo import call_key, memo
 from nopelib.model import GPT, GPTConfig
@@ -107,12 +107,23 @@ def test_models_are_keyed_by_config_and_weights():
     assert call_key(study, (same,), {}) != k
 
 
-def test_editing_nopelib_sources_changes_every_key(tmp_path, monkeypatch):
-    copy = tmp_path / "pkg"
-    shutil.copytree(memo_mod._PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(memo_mod, "_PACKAGE_DIR", copy)
+def test_editing_nopelib_sources_changes_the_keys_that_depend_on_them(tmp_path, monkeypatch):
+    copy = tmp_path / "nopelib"
+    shutil.copytree(sources.PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(sources, "PACKAGE_DIR", copy)
+    # a test module's function may call nopelib through imports no key sees: every module
     before = call_key(study, ([1],), {})
-    (copy / "metrics.py").write_text((copy / "metrics.py").read_text() + "\n# an edit\n")
+    # a study of nopelib's: the modules its own module imports, and nothing else
+    scores = call_key(metrics.layer_scores, ([1],), {})
+    (copy / "viz.py").write_text((copy / "viz.py").read_text() + "\nEDITED = 1\n")
+    assert call_key(metrics.layer_scores, ([1],), {}) == scores
+    assert call_key(study, ([1],), {}) != before
+    before = call_key(study, ([1],), {})
+    (copy / "model.py").write_text((copy / "model.py").read_text() + "\n# a comment\n")
+    assert call_key(study, ([1],), {}) == before  # comments compute nothing
+    assert call_key(metrics.layer_scores, ([1],), {}) == scores
+    (copy / "model.py").write_text((copy / "model.py").read_text() + "\nEDITED = 1\n")
+    assert call_key(metrics.layer_scores, ([1],), {}) != scores  # metrics imports model
     assert call_key(study, ([1],), {}) != before
 
 

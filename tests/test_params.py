@@ -14,9 +14,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from nopelib.params import (ALLOW_SLOW_ENV, SEED, SEED_MAX, Choice, Cost, Device, Float, Int,
-                            ListOf, Optional, check_params, check_training_time,
-                            training_time_problem)
+from nopelib.params import ALLOW_SLOW_ENV, SEED, SEED_MAX, Choice, Cost, Device, Float, Int, ListOf, Optional, check_params
+from nopelib.gate import check_training_time, training_time_problem
 
 BOOK = Path(__file__).resolve().parent.parent / "book"
 

@@ -9,7 +9,7 @@ import pytest
 from nopelib import precision, profiles
 from nopelib import runs as rc
 from nopelib.model import GPTConfig
-from nopelib.train import bf16_available, dtype_policy
+from nopelib.devices import bf16_available, dtype_policy
 
 
 def _run(task: str, seed: int, prec: str, layer1: list[float], val: list[float]) -> dict:

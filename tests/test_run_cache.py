@@ -26,7 +26,7 @@ from safetensors.torch import save_model
 import nopelib.train as tr
 from nopelib import launch, profiles
 from nopelib import runs as rc
-from nopelib import cache
+from nopelib import cache, sources
 from nopelib.model import GPT
 from nopelib.cache import CacheWarning, file_sha256
 from nopelib.model import GPTConfig
@@ -278,14 +278,15 @@ def test_run_keys_reuse_parsed_sources_and_still_see_an_edit(tmp_path, monkeypat
     pkg.mkdir()
     hour_ago = time.time() - 3600
     for name in rc.training_sources():
-        (pkg / name).write_bytes((cache.PACKAGE_DIR / name).read_bytes())
+        (pkg / name).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / name).write_bytes((sources.PACKAGE_DIR / name).read_bytes())
         os.utime(pkg / name, (hour_ago, hour_ago))
-    monkeypatch.setattr(cache, "PACKAGE_DIR", pkg)
-    monkeypatch.setattr(cache, "RACY_SECONDS", 0.0)  # the copies' ctime is now
+    monkeypatch.setattr(sources, "PACKAGE_DIR", pkg)
+    monkeypatch.setattr(sources, "RACY_SECONDS", 0.0)  # the copies' ctime is now
     before = rc.run_key("addition", 0, TINY, "cpu")
     parsed = []
-    real_parse = cache.ast.parse
-    monkeypatch.setattr(cache.ast, "parse", lambda *a, **k: parsed.append(a) or real_parse(*a, **k))
+    real_parse = sources.ast.parse
+    monkeypatch.setattr(sources.ast, "parse", lambda *a, **k: parsed.append(a) or real_parse(*a, **k))
     start = time.perf_counter()
     keys = {rc.run_key("addition", seed, TINY, "cpu") for seed in range(1000)}
     seconds = time.perf_counter() - start
@@ -294,7 +295,7 @@ def test_run_keys_reuse_parsed_sources_and_still_see_an_edit(tmp_path, monkeypat
     assert rc.run_key("addition", 0, TINY, "cpu") == before
     # an edit of the same size, as an editor's one-character fix makes it
     text = (pkg / "model.py").read_bytes()
-    edited = text.replace(b"nanoGPT", b"NANOgpt", 1)
+    edited = text.replace(b"n_layer: int = 6", b"n_layer: int = 7", 1)
     assert edited != text and len(edited) == len(text)
     (pkg / "model.py").write_bytes(edited)
     assert rc.run_key("addition", 0, TINY, "cpu") != before

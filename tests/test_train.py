@@ -17,6 +17,7 @@ import nopelib.cache as cache
 import nopelib.train as tr
 from nopelib import launch, profiles, results
 from nopelib import runs as rc
+from nopelib import devices, sources
 from nopelib.model import GPT, GPTConfig
 from nopelib.analysis import random_model
 from nopelib.metrics import layer_scores
@@ -205,10 +206,10 @@ def test_source_hash_follows_the_training_sources_only(tmp_path, monkeypatch):
         rc.training_sources())
     assert not {"viz.py", "probe.py", "analysis.py"} & set(rc.training_sources())
     pkg = tmp_path / "nopelib"
-    pkg.mkdir()
     for name in (*rc.training_sources(), "viz.py"):
-        (pkg / name).write_bytes((cache.PACKAGE_DIR / name).read_bytes())
-    monkeypatch.setattr(cache, "PACKAGE_DIR", pkg)
+        (pkg / name).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / name).write_bytes((sources.PACKAGE_DIR / name).read_bytes())
+    monkeypatch.setattr(sources, "PACKAGE_DIR", pkg)
     original = rc.source_hash()
     assert len(original) == 64
     (pkg / "viz.py").write_text("# plotting code cannot change a trained model\n")
@@ -216,7 +217,10 @@ def test_source_hash_follows_the_training_sources_only(tmp_path, monkeypatch):
     for name in ("model.py", "batched.py"):  # batched seeds train runs too
         before = rc.source_hash()
         with (pkg / name).open("a") as f:
-            f.write("\n# any edit to a training source\n")
+            f.write("\n# a comment is no change to what a run computes\n")
+        assert rc.source_hash() == before
+        with (pkg / name).open("a") as f:
+            f.write("\nEDITED = 1\n")
         assert rc.source_hash() != before
     # a module the training code starts to import joins the key
     (pkg / "helper.py").write_text("X = 1\n")
@@ -451,11 +455,11 @@ def test_a_dense_curve_that_cannot_work_is_refused(change, match):
 
 
 def test_resolve_device():
-    assert tr.resolve_device("cpu") == torch.device("cpu")
+    assert devices.resolve_device("cpu") == torch.device("cpu")
     expected = "cuda" if torch.cuda.is_available() else None
     if expected is None and getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
         expected = "mps"
-    assert tr.resolve_device("auto").type == (expected or "cpu")
+    assert devices.resolve_device("auto").type == (expected or "cpu")
 
 
 @pytest.mark.parametrize(
@@ -477,7 +481,7 @@ def test_unavailable_device_is_refused():
     if torch.cuda.is_available():
         pytest.skip("CUDA is available here")
     with pytest.raises(ValueError, match="not available"):
-        tr.resolve_device("cuda")
+        devices.resolve_device("cuda")
 
 
 def test_task_budgets_and_learning_curve():
