@@ -1,4 +1,4 @@
-"""Parts held at their initial values while a model trains (nopelib.ablation), and the
+"""Parts held at their initial values while a model trains (nopelib.core.ablation), and the
 curve-point measurements a run can carry (train.train's ``frozen`` and ``measure``)."""
 
 from __future__ import annotations
@@ -8,11 +8,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from nopelib import profiles
-from nopelib import train as tr
-from nopelib.ablation import PARTS, Frozen, check_parts
-from nopelib.analysis import random_model
-from nopelib.model import GPT, GPTConfig
+from nopelib.core.ablation import PARTS, Frozen, check_parts
+from nopelib.core.model import GPT, GPTConfig
+from nopelib.studies.analysis import random_model
+from nopelib.training import profiles, train as tr
 
 TINY = replace(
     profiles.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=2, n_head=2, n_embd=16),

@@ -1,4 +1,4 @@
-"""Tests of several seeds trained as one batched model (issue 16, nopelib.batched).
+"""Tests of several seeds trained as one batched model (issue 16, nopelib.training.batched).
 
 On the CPU, a batched run ends with the weights of the separate run of the same seed within
 float tolerance (not bit for bit: padding and reduction order differ), with per-seed gradient
@@ -13,12 +13,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-import nopelib.train as tr
-from nopelib import profiles
-from nopelib import runs as rc
-from nopelib import batched, launch
-from nopelib.analysis import random_model
-from nopelib.model import GPTConfig
+import nopelib.training.train as tr
+from nopelib.core.model import GPTConfig
+from nopelib.studies.analysis import random_model
+from nopelib.training import profiles, runs as rc, batched, launch
 
 # clipping at 0.05 is active at every step: a clip shared across seeds would show here
 TINY = replace(
@@ -164,8 +162,8 @@ def test_batched_seeds_follow_their_own_budgets_as_separate_runs_do(scheduled_va
 
 def test_a_stopped_batched_group_resumes_bit_for_bit(tmp_path, monkeypatch,
                                                      scheduled_validation):
-    from nopelib import checkpoint as ck
-    from nopelib.cache import file_sha256
+    from nopelib.store import checkpoint as ck
+    from nopelib.store.cache import file_sha256
 
     pairs = [("reversal", s) for s in sorted(SCHEDULE)]
     monkeypatch.setattr(batched, "RunCheckpoints",

@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from nopelib import bench, bench_chapters, bench_report
+from nopelib.tools import bench, bench_chapters, bench_report
 
 SECTIONS = ("meta", "train", "extraction", "adjacency", "parallel", "evaluation", "probe", "chapters")
 

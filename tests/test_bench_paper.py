@@ -1,12 +1,12 @@
-"""The paper-model benchmark (nopelib.bench_paper) on a tiny stand-in model: every mode it
+"""The paper-model benchmark (nopelib.tools.bench_paper) on a tiny stand-in model: every mode it
 can time on this CPU is timed against float32, and the threads comparison runs."""
 
 from dataclasses import replace
 
-from nopelib import bench_paper
-from nopelib.model import GPTConfig
-from nopelib.profiles import PROFILES
-from nopelib.devices import bf16_available
+from nopelib.core.devices import bf16_available
+from nopelib.core.model import GPTConfig
+from nopelib.tools import bench_paper
+from nopelib.training.profiles import PROFILES
 
 
 def test_the_paper_benchmark_times_every_mode_against_float32(monkeypatch, tmp_path):

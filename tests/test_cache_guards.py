@@ -15,13 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from nopelib import checkpoint as ck
-from nopelib import launch, profiles
-from nopelib import runs as rc
-from nopelib import cache
-from nopelib.cache import CacheWarning
-from nopelib.memo import memo
-from nopelib.model import GPT, GPTConfig
+from nopelib.core.model import GPT, GPTConfig
+from nopelib.store import checkpoint as ck, cache
+from nopelib.store.cache import CacheWarning
+from nopelib.store.memo import memo
+from nopelib.training import launch, profiles, runs as rc
 
 TINY = replace(
     profiles.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=1, n_head=2, n_embd=16),

@@ -1,4 +1,4 @@
-"""Tests of checkpointed runs (nopelib.checkpoint): a stopped run resumes bit for bit.
+"""Tests of checkpointed runs (nopelib.store.checkpoint): a stopped run resumes bit for bit.
 
 A run of a tiny profile whose budget follows progress (a validation level, a tail restarted
 when the task is lost, dense then sparse curve points, a trajectory) is stopped at a step,
@@ -23,12 +23,11 @@ from pathlib import Path
 import pytest
 import torch
 
-import nopelib.train as tr
-from nopelib import checkpoint as ck
-from nopelib import launch, profiles
-from nopelib import runs as rc
-from nopelib.cache import CacheWarning, file_sha256
-from nopelib.model import GPTConfig
+import nopelib.training.train as tr
+from nopelib.core.model import GPTConfig
+from nopelib.store import checkpoint as ck
+from nopelib.store.cache import CacheWarning, file_sha256
+from nopelib.training import launch, profiles, runs as rc
 
 # 25 steps an epoch; with seed 2 and the validation stand-in below the level is reached at
 # step 12, lost in the tail and back at 24 and 48 (tail restarts), and the cap ends the run
@@ -240,11 +239,11 @@ def test_a_committed_run_leaves_no_checkpoint(tmp_path, monkeypatch):
 
 _KILLED = """
     import sys, time
-    import nopelib.train as tr
+    import nopelib.training.train as tr
     # this file by its path: a package of another distribution may be called tests
     sys.path.insert(0, sys.argv[2])
     from test_checkpoint import TINY, TASK, SEED, _validation_stand_in
-    from nopelib.runs import train_or_load
+    from nopelib.training.runs import train_or_load
 
     slow = tr.train_step
     def step(*args, **kwargs):  # slow enough to be killed mid-run; the bits are the same

@@ -5,7 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nopelib import claims, stats
+from nopelib.core import stats
+from nopelib.rules import claims
 
 
 def test_t_interval_matches_the_textbook():

@@ -1,5 +1,5 @@
 """Command-line arguments are checked before any work: a bad flag exits with code 2 in well
-under a second, naming the flag, the value and what is allowed (``nopelib.params.check_args``),
+under a second, naming the flag, the value and what is allowed (``nopelib.core.params.check_args``),
 for every command that trains or measures for long: counts and their repeats, devices,
 profiles, output paths, joint costs, and CPU training over an hour without
 ``NOPELIB_ALLOW_SLOW=1``. Nothing here trains: each command's work is replaced by a stub that
@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from nopelib import (bench, bench_report, grid, kernels, launch, long_context, params, precision,
-                     recipe, trained_study)
-from nopelib.params import ALLOW_SLOW_ENV
-from nopelib.profiles import PROFILES
+from nopelib.core import params
+from nopelib.core.params import ALLOW_SLOW_ENV
+from nopelib.studies import grid, long_context, precision, recipe, trained_study
+from nopelib.tools import bench, bench_report, kernels
+from nopelib.training import launch
+from nopelib.training.profiles import PROFILES
 
 # the CPU estimate builds a model on torch's meta device, whose first use imports torch's
 # compiler (seconds, once per process): paid here, not inside a timed refusal

@@ -1,4 +1,4 @@
-"""The real-text corpus (nopelib.corpus): the pinned file, the split by book, the vocabulary,
+"""The real-text corpus (nopelib.core.corpus): the pinned file, the split by book, the vocabulary,
 rows and windows, and clear errors."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from nopelib import corpus
+from nopelib.core import corpus
 
 
 @pytest.fixture(scope="module")

@@ -17,11 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from nopelib import launch, profiles
-from nopelib import runs as rc
-from nopelib import cache
-from nopelib import distributed
-from nopelib.model import GPTConfig
+from nopelib.core.model import GPTConfig
+from nopelib.store import cache
+from nopelib.training import launch, profiles, runs as rc, distributed
 
 ray = pytest.importorskip("ray")
 
@@ -136,7 +134,7 @@ def test_default_gpu_fraction_follows_model_size():
 
 
 def test_a_grid_trains_on_ray_and_reports_it(tmp_path, monkeypatch):
-    from nopelib import grid
+    from nopelib.studies import grid
 
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
     tiny = grid.Grid("t", ("addition",), (0,), (TINY,), n_inputs=8)

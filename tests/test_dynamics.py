@@ -1,5 +1,5 @@
-"""Block 1 as the averaging theory reads it along training (nopelib.dynamics): the measured
-quantities, and the layer-1 prediction they give, against the closed forms at init."""
+"""Block 1 as the averaging theory reads it along training (nopelib.averaging.dynamics): the
+measured quantities, and the layer-1 prediction they give, against the closed forms at init."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from nopelib import dynamics, theory
-from nopelib.analysis import random_model
-from nopelib.metrics import layer_scores
-from nopelib.model import GPTConfig
-from nopelib.tasks import encode, encode_inputs, sample_inputs
-from nopelib.theory_config import closed_form_ratio, predict_config_score
+from nopelib.averaging import dynamics, theory
+from nopelib.averaging.theory_config import closed_form_ratio, predict_config_score
+from nopelib.core.metrics import layer_scores
+from nopelib.core.model import GPTConfig
+from nopelib.core.tasks import encode, encode_inputs, sample_inputs
+from nopelib.studies.analysis import random_model
 
 SMALL = GPTConfig(n_layer=2, n_head=4, n_embd=96, init_std=0.002)
 TEXTS = sample_inputs("reversal", 12, seed=0)

@@ -1,4 +1,4 @@
-"""The early-dynamics study's command (nopelib.early_study) on a tiny model: every run's
+"""The early-dynamics study's command (nopelib.studies.early_study) on a tiny model: every run's
 curve carries block 1's measurements, the file validates, the cache resumes, and the
 claims' rule reads it."""
 
@@ -9,9 +9,12 @@ from dataclasses import replace
 
 import pytest
 
-from nopelib import cache, claims, early_study, profiles, results
-from nopelib.model import GPTConfig
-from nopelib.params import ALLOW_SLOW_ENV
+from nopelib.core.model import GPTConfig
+from nopelib.core.params import ALLOW_SLOW_ENV
+from nopelib.rules import claims
+from nopelib.store import cache
+from nopelib.studies import early_study, result_schema, results
+from nopelib.training import profiles
 
 TINY = replace(profiles.PROFILES["study"], model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
                warmup_steps=5, n_train=96, n_test=200, n_eval=200, n_curve=200, n_val=40,
@@ -39,7 +42,7 @@ def test_the_study_writes_every_run_with_its_measurements_and_resumes_from_the_c
         ([], 0), ([], 1), ([], 2), (["qk"], 0), (["qk"], 1), (["qk"], 2)]
     for run in runs:
         assert run["curve"]["step"] == [10, 20]
-        assert set(results.EARLY_CURVE) <= set(run["curve"])
+        assert set(result_schema.EARLY_CURVE) <= set(run["curve"])
         assert len(run["scores_init"]) == TINY.model.n_layer + 1
     assert doc["provenance"]["window"] == 20 and doc["provenance"]["every"] == 10
     # the rule fixed before the study reads the file's layer-1 scores
@@ -132,14 +135,14 @@ def test_a_run_is_cached_under_the_module_s_key_whether_run_as_a_command_or_impo
     import runpy
     import sys
 
-    from nopelib import memo
+    from nopelib.store import memo
 
     argv = ["--tasks", "addition", "--seeds", "0", "--ablations", "none", "--out",
             str(tiny_study)]
     saved = sys.argv
     sys.argv = ["early_study", *argv]
-    try:  # as ``python -m nopelib.early_study`` does: the module is __main__
-        runpy.run_module("nopelib.early_study", run_name="__main__")
+    try:  # as ``python -m nopelib.studies.early_study`` does: the module is __main__
+        runpy.run_module("nopelib.studies.early_study", run_name="__main__")
     finally:
         sys.argv = saved
     assert memo.is_cached(early_study.early_run, "addition", 0, "study", ())

@@ -1,6 +1,6 @@
-"""Tests of the grid command (issue 16, nopelib.grid): the tiny grid trains, resumes from the
-cache, and writes a summary (JSON or CSV) whose scores are recomputable and whose provenance
-is complete; bad names are refused."""
+"""Tests of the grid command (issue 16, nopelib.studies.grid): the tiny grid trains, resumes from
+the cache, and writes a summary (JSON or CSV) whose scores are recomputable and whose provenance is
+complete; bad names are refused."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ import pandas as pd
 import pytest
 import torch
 
-from nopelib import results, profiles
-from nopelib import runs as rc
-from nopelib import cache
-from nopelib import analysis, grid, metrics, tasks, viz
+from nopelib.book import viz
+from nopelib.core import metrics, tasks
+from nopelib.store import cache
+from nopelib.studies import results, analysis, grid
+from nopelib.training import profiles, runs as rc
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from nopelib.analysis import random_model
+from nopelib.studies.analysis import random_model
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["causal", "bidirectional"])

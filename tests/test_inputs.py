@@ -13,12 +13,12 @@ import pytest
 import torch
 
 import nopelib
-from nopelib import profiles
-from nopelib import cache
-from nopelib.metrics import adjacency_row_scores, adjacency_score, nrmse, pearson_r
-from nopelib.model import GPT, VOCAB_SIZE, GPTConfig
-from nopelib.probe import window_positions
-from nopelib.tasks import VOCAB, encode_batch, encode_inputs, get_task
+from nopelib.core.metrics import adjacency_row_scores, adjacency_score, nrmse, pearson_r
+from nopelib.core.model import GPT, VOCAB_SIZE, GPTConfig
+from nopelib.core.probe import window_positions
+from nopelib.core.tasks import VOCAB, encode_batch, encode_inputs, get_task
+from nopelib.store import cache
+from nopelib.training import profiles
 
 SMALL = GPTConfig(n_layer=1, n_head=2, n_embd=16)
 
@@ -78,7 +78,7 @@ def test_train_profile_rejects_values_that_cannot_train(field, value):
 
 def test_the_model_does_not_import_the_tasks_and_keeps_the_vocabulary_size():
     assert VOCAB_SIZE == len(VOCAB) == GPTConfig().vocab_size == 25
-    code = "import sys, nopelib.model; print('nopelib.tasks' in sys.modules)"
+    code = "import sys, nopelib.core.model; print('nopelib.core.tasks' in sys.modules)"
     # import the module by path, without the package __init__ (which imports tasks for TASKS)
     root = Path(nopelib.__file__).resolve().parent.parent
     stub = ("import sys, types, importlib.util; pkg = types.ModuleType('nopelib'); "
@@ -126,6 +126,6 @@ def test_probe_windows_accept_numpy_integers():
 
 def test_numba_caches_outside_the_package(tmp_path):
     import os
-    import nopelib.cache as cache
+    import nopelib.store.cache as cache
     assert not Path(os.environ["NUMBA_CACHE_DIR"]).resolve().is_relative_to(cache.PACKAGE_DIR)
     assert not list(cache.PACKAGE_DIR.rglob("*.nbi"))

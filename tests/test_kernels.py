@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from nopelib import kernels, results
+from nopelib.studies import results
+from nopelib.tools import kernels
 
 
 def test_kernel_sets():

@@ -7,10 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nopelib import claims
-from nopelib import long_context as lc
-from nopelib import results
-from nopelib.model import GPTConfig
+from nopelib.core.model import GPTConfig
+from nopelib.rules import claims
+from nopelib.studies import long_context as lc, results
 
 SMALL = GPTConfig(n_layer=2, n_head=2, n_embd=32)
 
@@ -96,7 +95,7 @@ def test_cli_refuses_bad_flags_before_work(tmp_path, capsys):
 
 
 def test_figures_draw_every_model_and_the_prediction():
-    from nopelib import viz_long
+    from nopelib.book import viz_long
 
     runs = [{"n_embd": SMALL.n_embd, "window": w, "seed": s,
              **lc.long_run(SMALL, s, 64, [32, 64], w)} for w in (None, 8) for s in range(3)]

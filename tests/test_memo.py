@@ -1,4 +1,4 @@
-"""Tests of nopelib.memo: a call is computed once, keyed by content (bound instances, numpy
+"""Tests of nopelib.store.memo: a call is computed once, keyed by content (bound instances, numpy
 scalars' dtypes and a notebook function's globals included), committed atomically, and read back
 without pickle: a poisoned, damaged, tampered or mismatched entry is a miss, never a result, and
 a planted FIFO, symlink or zip bomb is refused promptly and without inflating it."""
@@ -25,11 +25,12 @@ import pandas as pd
 import pytest
 import torch
 
-import nopelib.memo as memo_mod
-from nopelib import cache, metrics, sources
-from nopelib.cache import CacheWarning
-from nopelib.memo import call_key, memo
-from nopelib.model import GPT, GPTConfig
+import nopelib.store.memo as memo_mod
+from nopelib.core import metrics
+from nopelib.core.model import GPT, GPTConfig
+from nopelib.store import cache, sources
+from nopelib.store.cache import CacheWarning
+from nopelib.store.memo import call_key, memo
 
 CALLS: list[tuple] = []
 
@@ -115,14 +116,14 @@ def test_editing_nopelib_sources_changes_the_keys_that_depend_on_them(tmp_path, 
     before = call_key(study, ([1],), {})
     # a study of nopelib's: the modules its own module imports, and nothing else
     scores = call_key(metrics.layer_scores, ([1],), {})
-    (copy / "viz.py").write_text((copy / "viz.py").read_text() + "\nEDITED = 1\n")
+    (copy / "book/viz.py").write_text((copy / "book/viz.py").read_text() + "\nEDITED = 1\n")
     assert call_key(metrics.layer_scores, ([1],), {}) == scores
     assert call_key(study, ([1],), {}) != before
     before = call_key(study, ([1],), {})
-    (copy / "model.py").write_text((copy / "model.py").read_text() + "\n# a comment\n")
+    (copy / "core/model.py").write_text((copy / "core/model.py").read_text() + "\n# a comment\n")
     assert call_key(study, ([1],), {}) == before  # comments compute nothing
     assert call_key(metrics.layer_scores, ([1],), {}) == scores
-    (copy / "model.py").write_text((copy / "model.py").read_text() + "\nEDITED = 1\n")
+    (copy / "core/model.py").write_text((copy / "core/model.py").read_text() + "\nEDITED = 1\n")
     assert call_key(metrics.layer_scores, ([1],), {}) != scores  # metrics imports model
     assert call_key(study, ([1],), {}) != before
 
@@ -307,7 +308,7 @@ def test_the_cache_module_is_not_training():
     """memo needs only where caches live, not the training code."""
     import subprocess
     import sys
-    code = "import sys, nopelib.memo; print('nopelib.train' in sys.modules)"
+    code = "import sys, nopelib.store.memo; print('nopelib.training.train' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -9,15 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from nopelib.metrics import (
-    adjacency_row_scores,
-    adjacency_score,
-    adjacency_score_reference,
-    cosine_similarity_matrix,
-    embedding_variance,
-    nrmse,
-    pearson_r,
-)
+from nopelib.core.metrics import (adjacency_row_scores, adjacency_score, adjacency_score_reference,
+                                  cosine_similarity_matrix, embedding_variance, nrmse, pearson_r)
 
 
 def _square(draw_values):

@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from nopelib.model import GPT, GPTConfig, POS_ENCODINGS
-from nopelib.tasks import VOCAB
+from nopelib.core.model import GPT, GPTConfig, POS_ENCODINGS
+from nopelib.core.tasks import VOCAB
 
 SMALL = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=24)
 

@@ -1,4 +1,4 @@
-"""Tests of nopelib.params and of every chapter's parameter check (issue 12).
+"""Tests of nopelib.core.params and of every chapter's parameter check (issue 12).
 
 The papermill tests run each chapter with one bad parameter and an empty cache: the chapter must
 fail in the check cell right after ``parameters`` (seconds, counting the kernel start), with an
@@ -14,8 +14,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from nopelib.params import ALLOW_SLOW_ENV, SEED, SEED_MAX, Choice, Cost, Device, Float, Int, ListOf, Optional, check_params
-from nopelib.gate import check_training_time, training_time_problem
+from nopelib.core.params import (ALLOW_SLOW_ENV, SEED, SEED_MAX, Choice, Cost, Device, Float, Int,
+                                 ListOf, Optional, check_params)
+from nopelib.training.gate import check_training_time, training_time_problem
 
 BOOK = Path(__file__).resolve().parent.parent / "book"
 

@@ -1,4 +1,4 @@
-"""Tests of the precision check (nopelib.precision): its rule on constructed curves, its
+"""Tests of the precision check (nopelib.studies.precision): its rule on constructed curves, its
 profiles, and a bf16 run that is keyed by the precision that actually ran."""
 
 from dataclasses import replace
@@ -6,10 +6,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from nopelib import precision, profiles
-from nopelib import runs as rc
-from nopelib.model import GPTConfig
-from nopelib.devices import bf16_available, dtype_policy
+from nopelib.core.devices import bf16_available, dtype_policy
+from nopelib.core.model import GPTConfig
+from nopelib.rules import bf16
+from nopelib.studies import precision
+from nopelib.training import profiles, runs as rc
 
 
 def _run(task: str, seed: int, prec: str, layer1: list[float], val: list[float]) -> dict:
@@ -31,29 +32,29 @@ def _runs(shift: float) -> list[dict]:
 
 
 def test_a_precision_that_moves_runs_less_than_the_seed_changes_nothing():
-    table = precision.gaps(_runs(0.02))
+    table = bf16.gaps(_runs(0.02))
     layer1 = table.set_index("quantity").loc["layer 1"]
     assert layer1["precision_gap"] == pytest.approx(0.02)
     assert layer1["seed_gap"] == pytest.approx(0.1)  # pairs 0.1, 0.2, 0.1: the median
-    assert precision.verdict(table) == "no change"
+    assert bf16.verdict(table) == "no change"
     assert set(table.quantity) == {"layer 0", "layer 1", "layer 2", "val exact match"}
 
 
 def test_a_precision_that_moves_runs_as_far_as_the_seed_changes_them():
-    table = precision.gaps(_runs(0.15))
+    table = bf16.gaps(_runs(0.15))
     assert table.set_index("quantity").loc["layer 1", "verdict"] == "changes"
-    assert precision.verdict(table) == "changes"  # one quantity is enough
+    assert bf16.verdict(table) == "changes"  # one quantity is enough
 
 
 def test_the_rule_needs_two_seeds_in_both_precisions_and_curves_of_one_length():
     runs = _runs(0.0)
     with pytest.raises(ValueError, match=">= 2 seeds"):
-        precision.gaps([r for r in runs if r["seed"] == 0])
+        bf16.gaps([r for r in runs if r["seed"] == 0])
     runs[1]["curve"]["scores"] = runs[1]["curve"]["scores"][:1]
     with pytest.raises(ValueError, match="different lengths"):
-        precision.gaps(runs)
+        bf16.gaps(runs)
     with pytest.raises(ValueError, match="no gaps"):
-        precision.verdict(precision.gaps(_runs(0.0)).iloc[:0])
+        bf16.verdict(bf16.gaps(_runs(0.0)).iloc[:0])
 
 
 def test_check_profiles_cap_the_steps_and_differ_only_in_precision():

@@ -6,39 +6,19 @@ import pandas as pd
 import pytest
 import torch
 
-from nopelib import claims
-from nopelib.analysis import random_model
-from nopelib.metrics import cosine_similarity_matrix, embedding_variance
-from nopelib.probe_study import (
-    CHAPTER_PARAMS,
-    format_lift,
-    metric_intervals,
-    paired_differences,
-    random_study,
-    sequences_for,
-    task_sequences,
-    trained_study,
-    verdict_layers,
-    with_interval,
-)
-from nopelib.probe import (
-    FEATURE_SETS,
-    ProbeConfig,
-    RidgeConfig,
-    probe_model,
-    cosine_window_features,
-    features,
-    fit_probe,
-    hidden_features,
-    model_states,
-    probe_layers,
-    random_token_sequences,
-    split_sequences,
-    variance_window_features,
-    window_positions,
-)
-from nopelib.tasks import CHARS, decode, encode, make_split
-from nopelib.profiles import PROFILES
+from nopelib.core.metrics import cosine_similarity_matrix, embedding_variance
+from nopelib.core.probe import (FEATURE_SETS, ProbeConfig, RidgeConfig, probe_model,
+                                cosine_window_features, features, fit_probe, hidden_features,
+                                model_states, probe_layers, random_token_sequences, split_sequences,
+                                variance_window_features, window_positions)
+from nopelib.core.tasks import CHARS, decode, encode, make_split
+from nopelib.rules import claims
+from nopelib.studies.analysis import random_model
+from nopelib.studies.probe_study import (CHAPTER_PARAMS, format_lift, metric_intervals,
+                                         paired_differences, random_study, sequences_for,
+                                         task_sequences, trained_study, verdict_layers,
+                                         with_interval)
+from nopelib.training.profiles import PROFILES
 
 
 @pytest.fixture(scope="module")
@@ -413,7 +393,7 @@ def test_with_interval():
 
 
 def test_mlp_studies_probe_cosine_and_variance_with_the_papers_mlp(tmp_path, monkeypatch):
-    from nopelib.probe_study import mlp_studies
+    from nopelib.studies.probe_study import mlp_studies
 
     monkeypatch.setenv("NOPELIB_CACHE_DIR", str(tmp_path))
     table = mlp_studies([0, 1], 12, 2, 200)
@@ -428,8 +408,8 @@ def test_planted_controls_give_their_verdict_at_every_layer(tmp_path, monkeypatc
     """Position only in the variance reads "variance", only in the adjacency "cosine", at
     every layer >= 1 of the base model's depth, even on a tenth of the chapter's tokens and
     four seeds; layer 0 (noise) has no skill. A fit-size cut of the chapter's control."""
-    from nopelib.planted import PLANTED
-    from nopelib.probe_study import planted_comparison, planted_margins, planted_studies
+    from nopelib.core.planted import PLANTED
+    from nopelib.studies.probe_study import planted_comparison, planted_margins, planted_studies
 
     monkeypatch.setenv("NOPELIB_CACHE_DIR", str(tmp_path))
     config = RidgeConfig(n_random=64)
@@ -452,7 +432,7 @@ def test_planted_controls_give_their_verdict_at_every_layer(tmp_path, monkeypatc
 
 
 def test_planted_margins_are_the_worst_bound_on_the_expected_side():
-    from nopelib.probe_study import planted_margins
+    from nopelib.studies.probe_study import planted_margins
 
     index = pd.MultiIndex.from_product([["adjacency", "variance"], [1, 2]],
                                        names=["planted", "layer"])
@@ -494,7 +474,7 @@ def _trained_rows(d_layer0: float, d_layer1: float, n_models: int = 5) -> pd.Dat
 
 
 def test_format_subtracted_is_each_layer_minus_the_models_layer_0():
-    from nopelib.probe_study import format_subtracted
+    from nopelib.studies.probe_study import format_subtracted
 
     table = _trained_rows(0.3, 0.1)
     lifted = format_subtracted(table, ["task", "model_seed"])
@@ -516,7 +496,7 @@ def test_raw_and_format_subtracted_verdicts_differ_where_the_format_leads():
     """Cosine leads variance by 0.3 in R at layer 0 (the format) and by 0.1 at layers 1-2:
     raw, cosine wins every layer; subtracted, cosine gained 0.2 less than variance, so the
     comparison of what the layers added reads "variance"."""
-    from nopelib.probe_study import compare_trained
+    from nopelib.studies.probe_study import compare_trained
 
     table = _trained_rows(0.3, 0.1)
     raw = compare_trained(table)
@@ -532,7 +512,7 @@ def test_raw_and_format_subtracted_verdicts_differ_where_the_format_leads():
 
 
 def test_trained_comparison_reads_the_committed_probes():
-    from nopelib.probe_study import compare_trained, trained_comparison
+    from nopelib.studies.probe_study import compare_trained, trained_comparison
 
     table = _trained_rows(0.3, 0.1)
     docs = {task: {"runs": [{"seed": m, "probes": {"w": 4, "rows": [

@@ -5,10 +5,10 @@ from dataclasses import replace
 
 import pytest
 
-import nopelib.recipe as recipe
-from nopelib import profiles
-from nopelib import cache
-from nopelib.model import GPTConfig
+import nopelib.studies.recipe as recipe
+from nopelib.core.model import GPTConfig
+from nopelib.store import cache
+from nopelib.training import profiles
 
 TINY = replace(
     profiles.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=1, n_head=2, n_embd=16),
@@ -36,7 +36,7 @@ def test_a_tiny_study_writes_curves_with_provenance(tmp_path, monkeypatch):
                  "--device", "cpu"])
     result = json.loads(out.read_text())
     prov = result["provenance"]
-    assert prov["command"].startswith("python -m nopelib.recipe --out")
+    assert prov["command"].startswith("python -m nopelib.studies.recipe --out")
     assert prov["scale"] == 2 and prov["wall_seconds"] > 0 and prov["torch"]
     # the profile's numbers as they stood, since a profile changes between commits
     assert prov["training"]["batch_size"] == TINY.batch_size

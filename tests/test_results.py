@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from nopelib import results
+from nopelib.studies import results
 
 
 def test_every_committed_result_is_valid(monkeypatch):

@@ -23,13 +23,11 @@ import pytest
 import torch
 from safetensors.torch import save_model
 
-import nopelib.train as tr
-from nopelib import launch, profiles
-from nopelib import runs as rc
-from nopelib import cache, sources
-from nopelib.model import GPT
-from nopelib.cache import CacheWarning, file_sha256
-from nopelib.model import GPTConfig
+import nopelib.training.train as tr
+from nopelib.core.model import GPT, GPTConfig
+from nopelib.store import cache, sources
+from nopelib.store.cache import CacheWarning, file_sha256
+from nopelib.training import launch, profiles, runs as rc
 
 TINY = replace(
     profiles.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=1, n_head=2, n_embd=16),
@@ -170,8 +168,8 @@ def test_train_many_warns_with_the_expected_time_of_slow_cpu_training(monkeypatc
 _ENDLESS = """
     import sys
     from dataclasses import replace
-    from nopelib import launch, profiles
-    from nopelib.model import GPTConfig
+    from nopelib.training import launch, profiles
+    from nopelib.core.model import GPTConfig
     endless = replace(profiles.PROFILES["cpu"], name="endless",
                       model=GPTConfig(n_layer=1, n_head=2, n_embd=16), steps=10_000_000,
                       batch_size=8, warmup_steps=2, n_train=64, n_test=16, n_eval=16,
@@ -294,11 +292,11 @@ def test_run_keys_reuse_parsed_sources_and_still_see_an_edit(tmp_path, monkeypat
     assert seconds < 15  # re-parsing every source took 37 ms a key on an idle machine
     assert rc.run_key("addition", 0, TINY, "cpu") == before
     # an edit of the same size, as an editor's one-character fix makes it
-    text = (pkg / "model.py").read_bytes()
+    text = (pkg / "core/model.py").read_bytes()
     edited = text.replace(b"n_layer: int = 6", b"n_layer: int = 7", 1)
     assert edited != text and len(edited) == len(text)
-    (pkg / "model.py").write_bytes(edited)
+    (pkg / "core/model.py").write_bytes(edited)
     assert rc.run_key("addition", 0, TINY, "cpu") != before
     assert len(parsed) == 1  # the edited file only
-    (pkg / "model.py").write_bytes(text)
+    (pkg / "core/model.py").write_bytes(text)
     assert rc.run_key("addition", 0, TINY, "cpu") == before

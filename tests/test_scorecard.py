@@ -1,4 +1,4 @@
-"""Tests of the scorecard's assembly (nopelib.scorecard): the chapters' defaults it judges,
+"""Tests of the scorecard's assembly (nopelib.book.scorecard): the chapters' defaults it judges,
 one row per reading with its own verdict, the model each row names and whether it lies in
 the paper's grid, untested rows, the order of the trained profiles, and the HTML list of
 verdicts. The whole page runs in the book build and under nbval."""
@@ -11,9 +11,10 @@ import re
 import pandas as pd
 import pytest
 
-from nopelib import claims, scorecard
-from nopelib.model import GPTConfig
-from nopelib.profiles import PROFILES
+from nopelib.book import scorecard
+from nopelib.core.model import GPTConfig
+from nopelib.rules import claims
+from nopelib.training.profiles import PROFILES
 
 SPEC = scorecard.SPECS["1: layer 1 jumps to 0.8-1.0"]
 BASE = scorecard._model(GPTConfig())
@@ -293,7 +294,7 @@ def test_the_html_escapes_every_text_but_the_link():
 
 
 def test_the_margins_figure_puts_the_claims_side_to_the_right():
-    from nopelib import viz
+    from nopelib.book import viz
 
     groups = pd.DataFrame(dict(
         claim=["1: a", "3: b"], group=["base model", "mean 0, sigma 0.2"], reading="r",
@@ -310,7 +311,8 @@ def test_the_margins_figure_puts_the_claims_side_to_the_right():
 
 
 def test_the_provenance_box_names_what_the_page_depends_on():
-    from nopelib import results, viz
+    from nopelib.studies import results
+    from nopelib.book import viz
 
     fields = results.page_provenance(profile="study", seeds=[0, 1])
     assert {"commit", "built", "torch", "numpy", "CPU kernels", "GPU"} <= set(fields)
@@ -319,7 +321,7 @@ def test_the_provenance_box_names_what_the_page_depends_on():
 
 
 def test_a_trained_study_in_flight_is_not_judged_on_the_scorecard(monkeypatch):
-    from nopelib import study
+    from nopelib.studies import study
     docs, _ = study.load_study("study", ["reversal"])
     partial = {"reversal": {**docs["reversal"], "runs": docs["reversal"]["runs"][:2]}}
     monkeypatch.setattr(scorecard.study, "load_study", lambda profile, tasks: (partial, []))
@@ -329,7 +331,7 @@ def test_a_trained_study_in_flight_is_not_judged_on_the_scorecard(monkeypatch):
 
 
 def test_text_rows_judge_the_initialisation_live_and_leave_the_trained_untested(monkeypatch):
-    from nopelib import text_study
+    from nopelib.studies import text_study
 
     seeds, lengths = [0, 1, 2], [32, 64, 128, 256, 512, 1024]
     frame = pd.DataFrame([dict(encoding="none", stage="init", seed=s, layer=layer, length=n,

@@ -1,9 +1,10 @@
-"""How cache keys see the code (nopelib.sources): syntax, not bytes; modules by name, not
+"""How cache keys see the code (nopelib.store.sources): syntax, not bytes; modules by name, not
 folder; import closures through every subpackage."""
 
 import pytest
 
-from nopelib import runs, sources
+from nopelib.store import sources
+from nopelib.training import runs
 
 ENTRY = '''"""An entry point."""
 from nopelib.core import model

@@ -1,4 +1,4 @@
-"""nopelib.stats: the quantiles, intervals and tolerances the chapters test against, checked
+"""nopelib.core.stats: the quantiles, intervals and tolerances the chapters test against, checked
 against known values and against the inline formulas they replace (bit for bit)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nopelib.stats import (binomial_lower_bound, bonferroni_z, normal_interval, pooled_sd,
-                           seed_interval, standard_error, student_t_quantile, summarize)
+from nopelib.core.stats import (binomial_lower_bound, bonferroni_z, normal_interval, pooled_sd,
+                                seed_interval, standard_error, student_t_quantile, summarize)
 
 
 def test_student_t_quantile_and_seed_interval() -> None:

@@ -1,4 +1,4 @@
-"""Tests of the trained chapter's computations (nopelib.study): the initial pattern, the
+"""Tests of the trained chapter's computations (nopelib.studies.study): the initial pattern, the
 committed trained-model study's tables and scores, the live reproduction check, the committed
 recipe study, and the chapter's parameter rules. Runs are stood in for by records of the form
 the study commits, so nothing trains."""
@@ -13,12 +13,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nopelib import claims, results, study
-from nopelib.analysis import random_model
-from nopelib.metrics import layer_scores
-from nopelib.tasks import sample_inputs
-from nopelib.model import GPTConfig
-from nopelib.profiles import PROFILES
+from nopelib.core.metrics import layer_scores
+from nopelib.core.model import GPTConfig
+from nopelib.core.tasks import sample_inputs
+from nopelib.rules import claims
+from nopelib.studies import results, study
+from nopelib.studies.analysis import random_model
+from nopelib.training.profiles import PROFILES
 
 BOOK = Path(__file__).resolve().parents[1] / "book"
 TINY = GPTConfig(n_layer=2, n_head=2, n_embd=32)
@@ -101,7 +102,11 @@ def test_the_committed_study_loads_and_names_what_is_missing():
     assert set(docs) | set(missing) == {"addition", "reversal", "indexing", "ordering"}
     for task, doc in docs.items():
         assert {r["task"] for r in doc["runs"]} == {task}
-        assert "trained by `python -m nopelib.trained_study" in study.study_provenance(doc)
+        # the command as the file recorded it (files trained before the wings name the module
+        # without its wing)
+        trained = doc["provenance"].get("trained_by", doc["provenance"])
+        assert trained["command"].startswith("python -m nopelib.")
+        assert f"trained by `{trained['command']}`" in study.study_provenance(doc)
 
 
 def test_a_study_file_of_an_earlier_profile_is_stale_not_read(monkeypatch):
@@ -191,7 +196,7 @@ def test_verdict_summary():
 
 
 def test_grid_caption():
-    provenance = dict(command="python -m nopelib.grid tiny", commit="0123456789abcdef",
+    provenance = dict(command="python -m nopelib.studies.grid tiny", commit="0123456789abcdef",
                       machine="m", torch="2.13.0", backend="local", wall_seconds=90.0,
                       date="2026-01-01")
     caption = study.grid_caption("tiny", provenance, 8)
@@ -209,7 +214,7 @@ def test_kernel_check_caption_and_table():
             for name, cap, steps, inside, out in [
                 ("native", "AVX512", 3000, True, []),
                 ("avx2", "AVX2", 13500, False, ["layer 4 score"])]]
-    doc = {"provenance": {"command": "python -m nopelib.kernels --out /tmp/k",
+    doc = {"provenance": {"command": "python -m nopelib.tools.kernels --out /tmp/k",
                           "commit": "a" * 40, "machine": "vm", "date": "today",
                           "sets": {"native": {}, "avx2": {"ATEN_CPU_CAPABILITY": "avx2"}}},
            "runs": runs}

@@ -7,19 +7,8 @@ import random
 import pytest
 import torch
 
-from nopelib.tasks import (
-    EOS_ID,
-    IGNORE_INDEX,
-    MAX_SEQ_LEN,
-    TASKS,
-    decode,
-    encode,
-    encode_batch,
-    encode_inputs,
-    get_task,
-    make_split,
-    sample_inputs,
-)
+from nopelib.core.tasks import (EOS_ID, IGNORE_INDEX, MAX_SEQ_LEN, TASKS, decode, encode,
+                                encode_batch, encode_inputs, get_task, make_split, sample_inputs)
 
 LIMITS = {"addition": 9, "reversal": 22, "indexing": 20, "ordering": 18}
 

@@ -1,5 +1,5 @@
-"""Language models on real text (nopelib.text_lm) and the text study's command
-(nopelib.text_study): bits per character, a resumable run, a tiny study's valid file."""
+"""Language models on real text (nopelib.training.text_lm) and the text study's command
+(nopelib.studies.text_study): bits per character, a resumable run, a tiny study's valid file."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from nopelib import checkpoint as ck
-from nopelib import claims, corpus, results
-from nopelib import text_lm as tl
-from nopelib import text_study as ts
+from nopelib.core import corpus
+from nopelib.rules import claims
+from nopelib.store import checkpoint as ck
+from nopelib.studies import results, text_study as ts
+from nopelib.training import text_lm as tl
 
 TINY = tl.TEXT_PROFILES["text_tiny"]
 

@@ -4,11 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from nopelib import theory as th
-from nopelib import theory_config as thc
-from nopelib import theory_studies as ts
-from nopelib.analysis import random_model
-from nopelib.metrics import adjacency_score, cosine_similarity_matrix
+from nopelib.averaging import theory as th, theory_config as thc
+from nopelib.core.metrics import adjacency_score, cosine_similarity_matrix
+from nopelib.studies import theory_studies as ts
+from nopelib.studies.analysis import random_model
 
 
 def test_uniform_cosine_matrix_closed_form_and_ideal_score():
@@ -248,7 +247,7 @@ def test_threshold_study_small():
 
 def test_closed_form_value_scale_matches_the_measured_one() -> None:
     """s_inf from the init alone against the value vectors of real random models."""
-    from nopelib.model import GPTConfig
+    from nopelib.core.model import GPTConfig
     for L, d in ((2, 192), (8, 96)):
         cfg = GPTConfig(n_layer=L, n_head=6, n_embd=d, init_std=0.2)
         idx = torch.randint(0, cfg.vocab_size, (4, 16), generator=torch.Generator().manual_seed(0))
@@ -258,7 +257,7 @@ def test_closed_form_value_scale_matches_the_measured_one() -> None:
 
 
 def test_closed_form_ratio_formula() -> None:
-    from nopelib.model import GPTConfig
+    from nopelib.core.model import GPTConfig
     cfg = GPTConfig(n_layer=12, n_embd=192)
     assert thc.closed_form_ratio(cfg, eps=0.0) == pytest.approx(
         0.02 * math.sqrt(24) / (0.02 * 0.02 * 192))
@@ -299,7 +298,7 @@ def test_sample_triples_are_comparisons_and_estimate_the_score() -> None:
     t = thc.sample_triples(30, 5000, seed=1)
     assert t.shape == (5000, 3) and np.all((t[:, 1] < t[:, 2]) & (t[:, 2] < t[:, 0]))
     assert t[:, 0].min() == 2 and t[:, 0].max() == 29
-    from nopelib.model import GPTConfig
+    from nopelib.core.model import GPTConfig
     seq = [list(range(30))]  # C(30, 3) = 4060 comparisons
     exact = thc.predict_config_score(GPTConfig(), seq)
     sampled = thc.predict_config_score(GPTConfig(), seq, max_triples=3000)
@@ -307,7 +306,7 @@ def test_sample_triples_are_comparisons_and_estimate_the_score() -> None:
 
 
 def test_predict_config_score_follows_width_depth_and_mean() -> None:
-    from nopelib.model import GPTConfig
+    from nopelib.core.model import GPTConfig
     seqs = [list(range(20)), [5, 2, 7, 2, 9, 1, 3, 5, 8, 0, 4, 6]]
     score = {(L, d): thc.predict_config_score(GPTConfig(n_layer=L, n_embd=d), seqs)
              for L in (6, 24) for d in (192, 768)}
@@ -318,7 +317,7 @@ def test_predict_config_score_follows_width_depth_and_mean() -> None:
 
 
 def test_predict_config_score_refuses_what_it_does_not_model() -> None:
-    from nopelib.model import GPTConfig
+    from nopelib.core.model import GPTConfig
     with pytest.raises(ValueError, match="init_mean"):
         thc.predict_config_score(GPTConfig(init_target="all", init_mean=1.0), [[1, 2, 3]])
     with pytest.raises(ValueError, match="uniform"):
@@ -445,7 +444,7 @@ def _fake_threshold_study(sigmas: np.ndarray) -> dict:
 
 
 def test_threshold_crossings_read_each_seed_and_the_prediction() -> None:
-    from nopelib.tasks import encode
+    from nopelib.core.tasks import encode
     sigmas = np.geomspace(0.005, 0.15, 6)
     study = _fake_threshold_study(sigmas)
     texts = {"reversal": ["rev(1234)=", "rev(98765)="]}
@@ -461,7 +460,7 @@ def test_threshold_crossings_read_each_seed_and_the_prediction() -> None:
 
 
 def test_excess_table_intervals_and_expectations() -> None:
-    from nopelib.stats import normal_interval
+    from nopelib.core.stats import normal_interval
     study = _fake_threshold_study(np.array([0.1, 1.0]))["scores"]
     seqs = [[1, 2, 3, 1, 4], [5, 6, 7, 8, 9]]
     table = ts.excess_table(study, seqs, s_inf=0.9, d=384)
@@ -475,7 +474,7 @@ def test_excess_table_intervals_and_expectations() -> None:
 
 def test_prediction_table_and_listing() -> None:
     import pandas as pd
-    from nopelib.stats import seed_interval
+    from nopelib.core.stats import seed_interval
     scores = pd.DataFrame([dict(n_layer=L, n_embd=W, seed=s, layer=layer,
                                 score=0.6 + 0.1 * layer + 0.01 * s + 0.001 * W / 192)
                            for L in (1, 2) for W in (192, 384) for s in range(3)
@@ -489,7 +488,7 @@ def test_prediction_table_and_listing() -> None:
     mean, tol_mean, tol_one = seed_interval(l1.to_numpy() - 0.7, 0.95)
     assert row.residual == pytest.approx(mean) and row.tolerance == pytest.approx(tol_one)
     assert row.tol_mean == pytest.approx(tol_mean) and row.min_deep == pytest.approx(l1.mean())
-    from nopelib.model import GPTConfig
+    from nopelib.core.model import GPTConfig
     assert row.rho == thc.closed_form_ratio(GPTConfig(n_layer=2, n_embd=384))
     assert ts.config_listing(table.iloc[:1]) == (
         f"1 × 192 (measured {table.measured[0]:.3f}, predicted 0.700)")
@@ -497,8 +496,8 @@ def test_prediction_table_and_listing() -> None:
 
 
 def test_length_study_against_the_closed_form() -> None:
-    from nopelib.analysis import length_scores, length_tokens
-    from nopelib.model import GPTConfig
+    from nopelib.studies.analysis import length_scores, length_tokens
+    from nopelib.core.model import GPTConfig
     base = GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=24)
     sources = {"task alphabet": None, "i.i.d. control": 500}
     runs = {name: length_scores([8, 24], [0, 1], base, n_seqs=2, vocab_size=v)[0]

@@ -1,4 +1,4 @@
-"""Tests of nopelib.train: determinism, evaluation, the run cache and its atomic commit."""
+"""Tests of nopelib.training.train: determinism, evaluation, the run cache and its atomic commit."""
 
 from __future__ import annotations
 
@@ -13,16 +13,17 @@ import pytest
 import torch
 import torch.nn as nn
 
-import nopelib.cache as cache
-import nopelib.train as tr
-from nopelib import launch, profiles, results
-from nopelib import runs as rc
-from nopelib import devices, sources
-from nopelib.model import GPT, GPTConfig
-from nopelib.analysis import random_model
-from nopelib.metrics import layer_scores
-from nopelib.tasks import (EOS_ID, MAX_SEQ_LEN, TASKS, VOCAB, encode, encode_batch, get_task,
-                           make_split, sample_inputs)
+import nopelib.store.cache as cache
+import nopelib.training.train as tr
+from nopelib.core import devices
+from nopelib.core.metrics import layer_scores
+from nopelib.core.model import GPT, GPTConfig
+from nopelib.core.tasks import (EOS_ID, MAX_SEQ_LEN, TASKS, VOCAB, encode, encode_batch, get_task,
+                                make_split, sample_inputs)
+from nopelib.store import sources
+from nopelib.studies import results
+from nopelib.studies.analysis import random_model
+from nopelib.training import launch, profiles, runs as rc
 
 TINY = replace(
     profiles.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
@@ -202,19 +203,20 @@ def test_a_run_whose_recorded_key_differs_is_not_loaded(tmp_path):
 
 def test_source_hash_follows_the_training_sources_only(tmp_path, monkeypatch):
     # the sources are the import closure of the training code, read from its imports
-    assert {"train.py", "model.py", "tasks.py", "batched.py", "cache.py"} <= set(
+    assert {"training/train.py", "core/model.py", "core/tasks.py", "training/batched.py",
+            "store/cache.py"} <= set(rc.training_sources())
+    assert not {"book/viz.py", "core/probe.py", "studies/analysis.py"} & set(
         rc.training_sources())
-    assert not {"viz.py", "probe.py", "analysis.py"} & set(rc.training_sources())
     pkg = tmp_path / "nopelib"
-    for name in (*rc.training_sources(), "viz.py"):
+    for name in (*rc.training_sources(), "book/viz.py"):
         (pkg / name).parent.mkdir(parents=True, exist_ok=True)
         (pkg / name).write_bytes((sources.PACKAGE_DIR / name).read_bytes())
     monkeypatch.setattr(sources, "PACKAGE_DIR", pkg)
     original = rc.source_hash()
     assert len(original) == 64
-    (pkg / "viz.py").write_text("# plotting code cannot change a trained model\n")
+    (pkg / "book/viz.py").write_text("# plotting code cannot change a trained model\n")
     assert rc.source_hash() == original
-    for name in ("model.py", "batched.py"):  # batched seeds train runs too
+    for name in ("core/model.py", "training/batched.py"):  # batched seeds train runs too
         before = rc.source_hash()
         with (pkg / name).open("a") as f:
             f.write("\n# a comment is no change to what a run computes\n")
@@ -223,12 +225,12 @@ def test_source_hash_follows_the_training_sources_only(tmp_path, monkeypatch):
             f.write("\nEDITED = 1\n")
         assert rc.source_hash() != before
     # a module the training code starts to import joins the key
-    (pkg / "helper.py").write_text("X = 1\n")
+    (pkg / "core/helper.py").write_text("X = 1\n")
     before = rc.source_hash()
-    with (pkg / "tasks.py").open("a") as f:
-        f.write("\nfrom nopelib import helper  # noqa\n")
-    assert "helper.py" in rc.training_sources()
-    (pkg / "helper.py").write_text("X = 2\n")
+    with (pkg / "core/tasks.py").open("a") as f:
+        f.write("\nfrom nopelib.core import helper  # noqa\n")
+    assert "core/helper.py" in rc.training_sources()
+    (pkg / "core/helper.py").write_text("X = 2\n")
     assert rc.source_hash() != before
 
 
@@ -347,9 +349,9 @@ def test_process_killed_while_writing_leaves_nothing_loadable(tmp_path):
     script = textwrap.dedent(f"""
         import os, signal
         from dataclasses import replace
-        from nopelib import profiles
-        from nopelib import runs as rc
-        from nopelib.model import GPTConfig
+        from nopelib.training import profiles
+        from nopelib.training import runs as rc
+        from nopelib.core.model import GPTConfig
         tiny = replace(profiles.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
                        steps=12, batch_size=8, warmup_steps=3, n_train=96, n_test=40, n_eval=40,
                        eval_batch_size=16, log_every=5, seeds=(0,), task_budgets=(),
@@ -521,7 +523,7 @@ def test_a_task_budget_may_set_its_batch_and_learning_rate():
 
 
 def test_majority_baseline():
-    from nopelib.tasks import majority_baseline
+    from nopelib.core.tasks import majority_baseline
 
     assert majority_baseline([("a", "1"), ("b", "2"), ("c", "1")]) == ("1", 2 / 3)
     with pytest.raises(ValueError):

@@ -10,9 +10,10 @@ from dataclasses import replace
 
 import pytest
 
-import nopelib.trained_study as ts
-from nopelib import profiles, results
-from nopelib.model import GPTConfig
+import nopelib.studies.trained_study as ts
+from nopelib.core.model import GPTConfig
+from nopelib.studies import results
+from nopelib.training import profiles
 
 TINY = replace(
     profiles.PROFILES["study"], name="tiny-replace", model=GPTConfig(n_layer=2, n_head=2,

@@ -7,9 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-import nopelib.trained_study as ts
-from nopelib import claims, profiles, results
-from nopelib.model import GPTConfig
+import nopelib.studies.trained_study as ts
+from nopelib.core.model import GPTConfig
+from nopelib.rules import claims
+from nopelib.studies import results
+from nopelib.training import profiles
 
 TINY = replace(
     profiles.PROFILES["study"], name="tiny-study", model=GPTConfig(n_layer=2, n_head=2, n_embd=16),

@@ -1,4 +1,4 @@
-"""Figures of nopelib.viz: importing changes no global plotly setting; the book's renderer is
+"""Figures of nopelib.book.viz: importing changes no global plotly setting; the book's renderer is
 set by an explicit call; the line slider shows one step's lines at a time."""
 
 import subprocess
@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from nopelib.viz import BookRenderer, line_slider
+from nopelib.book.viz import BookRenderer, line_slider
 
 
 def test_import_leaves_plotly_alone_and_the_call_sets_the_book_renderer():
@@ -46,7 +46,7 @@ def test_glue_numbers_stores_plain_python_numbers(monkeypatch):
 
     import myst_nb
 
-    from nopelib import viz
+    from nopelib.book import viz
 
     stored = {}
     monkeypatch.setattr(myst_nb, "glue", lambda name, value, display: stored.update({name: value}))
@@ -62,7 +62,7 @@ def test_glue_numbers_stores_plain_python_numbers(monkeypatch):
 def test_random_init_figures_hold_their_series():
     import pandas as pd
 
-    from nopelib.viz import length_study, predicted_vs_measured
+    from nopelib.book.viz import length_study, predicted_vs_measured
     table = pd.DataFrame({"config": ["6 × 192", "6 × 768"], "predicted": [0.6, 0.97],
                           "measured": [0.57, 0.93], "tolerance": [0.02, 0.01]})
     fig = predicted_vs_measured(table, "t")
@@ -74,7 +74,7 @@ def test_random_init_figures_hold_their_series():
 
 
 def test_sigma_sweep_figure_and_attention_cosine_checks():
-    from nopelib import viz
+    from nopelib.book import viz
     assert not hasattr(viz, "sigma_sweep")  # the figure's name is not the study's
     grid = np.geomspace(1e-3, 1, 5)
     fig = viz.sigma_sweep_figure(grid, np.linspace(1, 0.5, 5), grid[:2],
@@ -92,7 +92,7 @@ def test_explorers_draw_what_their_compute_returns(monkeypatch):
 
     import plotly.graph_objects as go
 
-    from nopelib import viz
+    from nopelib.book import viz
     shown = []
     monkeypatch.setattr(go.Figure, "show", lambda self, *a, **k: shown.append(self))
     calls = []

@@ -1,7 +1,7 @@
 """Sphinx extension of the book: plotly figures render from the book itself, never a CDN,
 and chapter code fits the page.
 
-Figures drawn by ``nopelib.viz`` carry two outputs: plotly JSON for live front ends and an
+Figures drawn by ``nopelib.book.viz`` carry two outputs: plotly JSON for live front ends and an
 HTML div that calls the page's ``Plotly`` global. This extension copies the installed plotly
 package's ``plotly.min.js`` into ``_static`` and adds it to every page's head, so the built
 book works with no network. That MyST-NB draws the HTML twin and never the JSON is set in

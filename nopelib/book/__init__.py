@@ -1,0 +1,1 @@
+"""What the book shows: figures and the scorecard."""

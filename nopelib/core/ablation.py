@@ -1,0 +1,71 @@
+"""Parts of a model held at their initial values while it trains.
+
+Parts of a model held at their initial values while it trains: the early-dynamics study's
+ablations, which isolate what takes the layer-1 pattern away.
+
+- ``embedding``: the token embedding. It is tied to the output head (as in nanoGPT), so the
+  head is held too: the rest of the model learns to read a fixed random vocabulary.
+- ``qk``: block 1's queries and keys (the first two thirds of its ``c_attn`` weight and bias),
+  so block 1's attention can only change through its input, never through its own logits.
+
+A held part gets a zero gradient (so gradient clipping sees only what trains) and is put back
+after every optimizer step (AdamW's decoupled weight decay would shrink it otherwise), so it
+stays bit for bit at its initial values while everything else trains as in an unablated run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from nopelib.core.model import GPT
+
+PARTS = ("embedding", "qk")  # what can be held
+
+
+def check_parts(parts: Sequence[str]) -> tuple[str, ...]:
+    """``parts`` as a tuple if every name is in PARTS and none repeats; a ValueError naming
+    the bad one otherwise."""
+    parts = tuple(parts)
+    for name in parts:
+        if name not in PARTS:
+            raise ValueError(f"frozen part {name!r} is unknown; allowed: {list(PARTS)}")
+    if len(set(parts)) != len(parts):
+        raise ValueError(f"frozen={list(parts)!r} names a part twice")
+    return parts
+
+
+def _masks(model: GPT, part: str) -> list[tuple[torch.nn.Parameter, torch.Tensor]]:
+    """(parameter, bool mask of its held entries) for one part."""
+    if part == "embedding":
+        w = model.transformer.wte.weight
+        return [(w, torch.ones_like(w, dtype=torch.bool))]
+    attn = model.transformer.h[0].attn
+    out = []
+    for p in (attn.c_attn.weight, attn.c_attn.bias):
+        if p is None:
+            continue
+        mask = torch.zeros_like(p, dtype=torch.bool)
+        mask[: 2 * attn.n_embd] = True  # rows of q and k; v is the last third
+        out.append((p, mask))
+    return out
+
+
+class Frozen:
+    """Holds ``parts`` of ``model`` at their current values while it trains: construct it
+    before the first step and call ``restore()`` after every optimizer step."""
+
+    def __init__(self, model: GPT, parts: Sequence[str]):
+        self.parts = check_parts(parts)
+        self._held: list[tuple[torch.nn.Parameter, torch.Tensor, torch.Tensor]] = []
+        for part in self.parts:
+            for p, mask in _masks(model, part):
+                self._held.append((p, mask, p.detach().clone()))
+                p.register_hook(lambda g, m=mask: g.masked_fill(m, 0.0))
+
+    @torch.no_grad()
+    def restore(self) -> None:
+        """Put every held entry back to its initial value."""
+        for p, mask, initial in self._held:
+            p.copy_(torch.where(mask, initial, p))

@@ -1,0 +1,474 @@
+"""Adjacency scores of random models: one model's layers, then studies over many models.
+
+The first half measures one model (``layer_scores``, ``similarity_matrices``); the second half
+states the chapters' studies in one call each (``config_scores``, ``task_scores``,
+``length_scores``, ``slider_frames``) as long pandas DataFrames, one row per (configuration,
+seed, layer), so ``groupby`` gives the mean and spread over seeds and a chapter keeps its cells
+short. Every study builds freshly initialised models with ``random_model``.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import torch
+
+from nopelib.core.metrics import adjacency_score, cosine_similarity_matrix, layer_scores
+from nopelib.core.model import GPT, GPTConfig
+from nopelib.core.params import Choice, Cost, Float, Int, ListOf
+from nopelib.core.stats import summarize
+from nopelib.core.tasks import TASKS, encode_inputs, get_task, sample_inputs
+from nopelib.rules.claims import LEARNED_AT
+
+# ---------------------------------------------------------------------------------------------
+# inputs and models
+
+
+def random_model(config: GPTConfig | None = None, seed: int = 0,
+                 device: str | torch.device = "cpu", **overrides) -> GPT:
+    """A freshly initialised model in eval mode; ``overrides`` replace fields of ``config``."""
+    if type(seed) is not int or not 0 <= seed < 2**63:  # torch.manual_seed's range
+        raise ValueError(f"seed={seed!r} must be an integer in [0, 2**63)")
+    config = replace(config or GPTConfig(), **overrides)
+    torch.manual_seed(seed)
+    return GPT(config).to(device).eval()
+
+
+def longest_input(task: str, seed: int = 0, tries: int = 2000) -> str:
+    """An input of the task's maximal length, for heatmaps that should show every position."""
+    t = get_task(task)
+    rng = random.Random(f"longest-{task}-{seed}")
+    for _ in range(tries):
+        text, _ = t.sample(rng)
+        if len(text) == t.max_input_len:
+            return text
+    raise RuntimeError(f"{task}: no input of length {t.max_input_len} in {tries} draws")
+
+
+def long_sequence(length: int, seed: int = 0) -> str:
+    """Task inputs of all four tasks, drawn in random order and concatenated, cut to ``length``.
+
+    The characters and local formats are the tasks' own; only the length is beyond them.
+    """
+    if length < 3:
+        raise ValueError(f"length={length!r} must be >= 3")
+    rng = random.Random(f"long-{seed}")
+    names = list(TASKS)
+    parts, n = [], 0
+    while n < length:
+        text, _ = get_task(rng.choice(names)).sample(rng)
+        parts.append(text)
+        n += len(text)
+    return "".join(parts)[:length]
+
+
+# ---------------------------------------------------------------------------------------------
+# one model
+
+
+@torch.no_grad()
+def similarity_matrices(model: GPT, text: str) -> np.ndarray:
+    """Self-cosine-similarity matrix of one text at every layer: [n_layer + 1, T, T]."""
+    idx, _ = encode_inputs([text])
+    states = model.hidden_states(idx.to(next(model.parameters()).device)).float().cpu()
+    return cosine_similarity_matrix(states[:, 0]).numpy()
+
+
+@torch.no_grad()
+def permutation_gap(model: GPT, text: str, seed: int = 0) -> float:
+    """Largest |h(x)[perm] - h(x[perm])| over every layer, position and feature, for one random
+    permutation of the positions of ``text`` (drawn with ``seed``): 0 up to float rounding for
+    a permutation-equivariant model (bidirectional attention without a position encoding)."""
+    idx, _ = encode_inputs([text])  # [1, T]
+    perm = torch.randperm(idx.shape[1], generator=torch.Generator().manual_seed(seed))
+    h = model.hidden_states(idx)  # [L+1, 1, T, d]
+    h_perm = model.hidden_states(idx[:, perm])
+    return (h[:, :, perm] - h_perm).abs().max().item()
+
+
+def layer_matrix(text: str, layer: int, base: GPTConfig | None = None, seed: int = 0,
+                 **overrides) -> tuple[np.ndarray, float]:
+    """Similarity matrix [T, T] of ``text`` at one layer of a fresh random model (``base`` with
+    ``overrides``, e.g. ``init_std``), and its adjacency score."""
+    matrix = similarity_matrices(random_model(base, seed=seed, **overrides), text)[layer]
+    return matrix, float(adjacency_score(matrix))
+
+
+
+
+def is_learned(metrics: Sequence[Mapping], n_test: int) -> bool:
+    """The book's learnedness criterion for one task: every seed's run (its metrics, with
+    ``accuracy`` and ``n_test``) reaches ``LEARNED_AT`` exact match on the whole test split
+    of ``n_test`` examples. Claims about trained models are made on learned tasks only."""
+    return bool(metrics) and all(m["accuracy"] >= LEARNED_AT and m["n_test"] == n_test
+                                 for m in metrics)
+
+
+# ---------------------------------------------------------------------------------------------
+# studies over many random models
+
+
+def study_texts(inputs_per_task: int, seed: int) -> list[str]:
+    """The inputs a study scores for one seed: ``inputs_per_task`` of every task, in task order
+    (drawn with the seed, as in the Figure 1 study)."""
+    return [t for task in TASKS for t in sample_inputs(task, inputs_per_task, seed=seed)]
+
+
+# the controls' (causal, position encoding) pairs: NoPE, bidirectional NoPE, and the encodings
+CONTROL_VARIANTS = ((True, "none"), (False, "none"), (True, "learned"), (True, "sinusoidal"),
+                    (True, "rope"), (True, "alibi"))
+
+
+def init_overrides(means: Sequence[float], stds: Sequence[float]) -> list[dict]:
+    """The initialisation study's configurations: both readings ("embedding": the token
+    embedding only; "all": every weight) at every (mean, std)."""
+    return [dict(init_target=r, init_mean=m, init_std=s)
+            for r in ("embedding", "all") for m in means for s in stds]
+
+
+def grid_overrides(layers: Sequence[int], widths: Sequence[int]) -> list[dict]:
+    """The depth-and-width grid's configurations."""
+    return [dict(n_layer=L, n_embd=W) for L in layers for W in widths]
+
+
+def control_overrides() -> list[dict]:
+    """The controls' configurations (``CONTROL_VARIANTS``)."""
+    return [dict(causal=c, pos_encoding=p) for c, p in CONTROL_VARIANTS]
+
+
+def config_scores(
+    overrides: Sequence[Mapping[str, object]],
+    seeds: Sequence[int],
+    inputs_per_task: int,
+    base: GPTConfig | None = None,
+) -> pd.DataFrame:
+    """Adjacency score per layer for every configuration and seed, averaged over task inputs.
+
+    Each entry of ``overrides`` replaces fields of ``base`` (default ``GPTConfig()``); for each
+    seed the model is initialised with that seed and scores ``inputs_per_task`` inputs of every
+    task (drawn with the same seed, as in the Figure 1 study), averaged with equal weight.
+    Returns columns: the override keys, ``seed``, ``layer``, ``score``.
+    """
+    if inputs_per_task < 1:
+        raise ValueError(f"inputs_per_task={inputs_per_task!r} must be >= 1")
+    if not seeds:
+        raise ValueError("seeds must name at least one seed")
+    base = base or GPTConfig()
+    rows = []
+    for fields in overrides:
+        config = replace(base, **fields)
+        for seed in seeds:
+            model = random_model(config, seed=seed)
+            texts = study_texts(inputs_per_task, seed)
+            scores = layer_scores(model, texts).mean(0)  # [L+1]: equal inputs per task
+            rows += [dict(fields, seed=seed, layer=layer, score=s)
+                     for layer, s in enumerate(scores)]
+            del model
+    return pd.DataFrame(rows)
+
+
+def task_scores(config: GPTConfig, seeds: Sequence[int], inputs_per_task: int,
+                diagonal: bool = False) -> pd.DataFrame:
+    """Adjacency score per layer of each task's inputs, for a model of every seed (Figure 1);
+    ``diagonal=True`` scores the diagonal-included reading.
+
+    Returns columns ``seed``, ``task``, ``layer``, ``score`` (the mean over the task's inputs).
+    """
+    rows = []
+    for seed in seeds:
+        model = random_model(config, seed=seed)
+        for task in TASKS:
+            texts = sample_inputs(task, inputs_per_task, seed=seed)
+            scores = layer_scores(model, texts, diagonal=diagonal)
+            rows += [dict(seed=seed, task=task, layer=layer, score=s)
+                     for layer, s in enumerate(scores.mean(0))]
+    return pd.DataFrame(rows)
+
+
+def seed_series(
+    scores: pd.DataFrame, by: str | Sequence[str], x: str = "layer", label: str | None = None,
+    sort: bool = True,
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Mean and std over seeds of ``score`` against ``x``, one series per group of ``by``.
+
+    ``label`` formats a series' name from the group's values (e.g. ``"μ={init_mean:g}"``);
+    by default the values are joined. The result is what ``viz.score_lines`` draws.
+    """
+    keys = [by] if isinstance(by, str) else list(by)
+    series = {}
+    for key, frame in scores.groupby(by, sort=sort):
+        values = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
+        name = label.format(**values) if label else ", ".join(map(str, values.values()))
+        series[name] = summarize(frame.pivot(index="seed", columns=x, values="score").to_numpy())
+    return series
+
+
+def layer_mean_std(scores: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and std over seeds of the score per layer, each seed's score first averaged over
+    its rows (tasks, configurations): ([n_layer + 1], [n_layer + 1]). ``scores`` has columns
+    ``seed``, ``layer``, ``score`` (``task_scores``, ``config_scores``)."""
+    per_seed = scores.groupby(["seed", "layer"]).score.mean().unstack()  # [seed, layer]
+    return summarize(per_seed.to_numpy())
+
+
+def reading_means(scores: pd.DataFrame, reading: str, per_seed: bool = False) -> pd.Series:
+    """Mean score over seeds of the initialisation study (``config_scores`` over init_target,
+    init_mean, init_std) in one reading ("embedding" or "all"), indexed by (init_mean,
+    init_std, layer); ``per_seed=True`` keeps one value per seed instead, indexed by
+    (init_mean, init_std, seed, layer), for ``seed_margins``."""
+    frame = scores[scores.init_target == reading]
+    keys = ["init_mean", "init_std", *(["seed"] if per_seed else []), "layer"]
+    return frame.groupby(keys).score.mean()
+
+
+def band_region(means: pd.Series, max_std: float = 0.02, min_layer: int = 1) -> pd.Series:
+    """The entries of ``reading_means`` where the band should form: init_std <= ``max_std``
+    and layer >= ``min_layer``."""
+    small = means[means.index.get_level_values("init_std") <= max_std]
+    return small[small.index.get_level_values("layer") >= min_layer]
+
+
+def lift_over_layer0(means: pd.Series, init_std: float) -> pd.DataFrame:
+    """How far each layer >= 1 scores above layer 0 at one ``init_std``, per mean: [init_mean,
+    layer >= 1]. ``means`` is ``reading_means``."""
+    wide = means.xs(init_std, level="init_std").unstack("layer")  # [mean, layer]
+    return wide.drop(columns=0).sub(wide[0], axis=0)
+
+
+def paired_difference(scores: pd.DataFrame, column: str, a: object, b: object,
+                      **where: object) -> pd.Series:
+    """Per seed, the score where ``column`` is ``a`` minus the score where it is ``b``, on the
+    rows where every column named in ``where`` has the given value (e.g. ``layer=1``): a
+    paired comparison, since one seed draws the same deviations for every configuration."""
+    mask = pd.Series(True, index=scores.index)
+    for name, value in where.items():
+        mask &= scores[name] == value
+    paired = scores[mask].pivot(index="seed", columns=column, values="score")  # [seed, col]
+    return paired[a] - paired[b]
+
+
+def rise_to_last_layer(scores: pd.DataFrame, layers: Sequence[int],
+                       widths: Sequence[int], per_seed: bool = False) -> pd.Series:
+    """Mean score over seeds of the last layer minus layer 1, per (n_layer, n_embd) of a
+    depth-and-width grid (``config_scores`` over n_layer and n_embd); ``per_seed=True`` gives
+    each seed's rise instead, indexed by (n_layer, n_embd, seed), for ``seed_margins``."""
+    if per_seed:
+        wide = scores.groupby(["n_layer", "n_embd", "seed", "layer"]).score.mean()
+        rise = pd.concat({(L, W): wide.loc[L, W].xs(L, level="layer")
+                          - wide.loc[L, W].xs(1, level="layer")
+                          for L in layers for W in widths}, names=["n_layer", "n_embd"])
+        return rise.rename("last layer minus layer 1")
+    by_layer = scores.groupby(["n_layer", "n_embd", "layer"]).score.mean()
+    return pd.Series({(L, W): by_layer.loc[L, W, L] - by_layer.loc[L, W, 1]
+                      for L in layers for W in widths},
+                     name="last layer minus layer 1")
+
+
+def mean_std_table(scores: pd.DataFrame, by: Sequence[str], digits: int = 3) -> pd.DataFrame:
+    """One row per configuration in ``by``, one column per layer, cells "mean ± std" over seeds."""
+    stats = scores.groupby([*by, "layer"]).score.agg(["mean", "std"]).fillna(0.0)
+    fmt = f"{{:.{digits}f}}".format
+    return (stats["mean"].map(fmt) + " ± " + stats["std"].map(fmt)).unstack("layer")
+
+
+# ---------------------------------------------------------------------------------------------
+# outcomes against the spread over seeds
+
+MARGIN_SDS = 1.0  # a chapter asserts an outcome only where its margin exceeds this many sds
+SIDES = ("above", "below", "within")
+
+
+def per_seed(scores: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
+    """Scores with columns ``by``, ``seed``, ``layer``, ``score`` (``task_scores``,
+    ``config_scores``) as one row per (group of ``by``, seed) and one column per layer, each
+    seed's rows (tasks, configurations) averaged first."""
+    return scores.groupby([*by, "seed", "layer"]).score.mean().unstack("layer")
+
+
+def seed_margins(values: pd.Series | pd.DataFrame, bound: float, side: str = "above",
+                 units: Sequence[str] = ("seed",)) -> pd.DataFrame:
+    """How far each statistic's mean over units lies on the claimed side of ``bound``, in
+    units of its spread over them: what decides whether a chapter may assert an outcome.
+
+    ``values`` holds one value per unit: index levels ``units`` (the model seed; a sequence
+    is ``("seed", "seq")``), any other index levels and, for a DataFrame, the columns (e.g.
+    layers) name the statistics; missing values are dropped. ``side``: the mean is "above"
+    ``bound``, "below" it, or "within" it of zero (|mean| <= ``bound``; centre the values
+    first). One row per statistic: ``mean``, ``sd`` (ddof=1) and ``n`` over units,
+    ``margin`` (positive on the claimed side), ``in_sd`` (margin / sd) and ``verdict``:
+    "holds" where the margin exceeds MARGIN_SDS sds, "fails" where it falls short of the
+    bound by as much, else "cannot tell" (always with fewer than two units)."""
+    if side not in SIDES:
+        raise ValueError(f"side={side!r} must be one of {SIDES}")
+    long = values.stack() if isinstance(values, pd.DataFrame) else values
+    names = [n if n is not None else "statistic" for n in long.index.names]
+    long = long.set_axis(long.index.set_names(names)).dropna()
+    if missing := [u for u in units if u not in names]:
+        raise ValueError(f"values have no index level {missing} (levels: {names})")
+    if long.empty:
+        raise ValueError("seed_margins: no values: an outcome on nothing is not tested")
+    keys = [n for n in names if n not in units]
+    grouped = long.groupby(keys, sort=False) if keys else long.groupby(lambda _: "all")
+    out = grouped.agg(["mean", "std", "count"]).rename(columns={"std": "sd", "count": "n"})
+    out["margin"] = {"above": out["mean"] - bound, "below": bound - out["mean"],
+                     "within": bound - out["mean"].abs()}[side]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["in_sd"] = out["margin"] / out["sd"]
+    spread = MARGIN_SDS * out["sd"]  # nan with one unit: neither side is decided
+    out["verdict"] = np.select([out["margin"] > spread, out["margin"] < -spread],
+                               ["holds", "fails"], "cannot tell")
+    return out
+
+
+def pairwise_differences(values: pd.Series | pd.DataFrame,
+                         level: str) -> pd.Series | pd.DataFrame:
+    """Every pair a < b of the values of index level ``level`` (e.g. the means of the
+    initialisation study), per unit: ``values`` at a minus ``values`` at b, the other index
+    levels (the seed among them) kept, indexed by ``level`` + "_a", ``level`` + "_b" first.
+    A paired comparison where one seed draws the same deviations for every value of
+    ``level``; the largest |mean| over the pairs is the spread (max - min) of the means."""
+    keys = sorted(values.index.get_level_values(level).unique())
+    if len(keys) < 2:
+        raise ValueError(f"{level} takes {len(keys)} value(s); a pair needs two")
+    pairs = {(a, b): values.xs(a, level=level) - values.xs(b, level=level)
+             for i, a in enumerate(keys) for b in keys[i + 1:]}
+    return pd.concat(pairs, names=[f"{level}_a", f"{level}_b"])
+
+
+def length_tokens(length: int, seed: int = 0, vocab_size: int | None = None) -> list[int]:
+    """One long sequence of token ids: ``long_sequence`` (the tasks' 23-character alphabet, where
+    repeats dominate long sequences) or, with ``vocab_size``, i.i.d. uniform ids below it (a
+    control in which repeats are rare while length << vocab_size)."""
+    if vocab_size is None:
+        return encode_inputs([long_sequence(length, seed)])[0][0].tolist()
+    if vocab_size < 2:
+        raise ValueError(f"vocab_size={vocab_size!r} must be >= 2")
+    if length < 3:
+        raise ValueError(f"length={length!r} must be >= 3")
+    rng = np.random.default_rng([seed, vocab_size])
+    return rng.integers(0, vocab_size, size=length).tolist()
+
+
+@torch.no_grad()
+def length_scores(
+    lengths: Sequence[int], seeds: Sequence[int], base: GPTConfig | None = None,
+    n_seqs: int = 1, vocab_size: int | None = None,
+) -> tuple[pd.DataFrame, float]:
+    """Adjacency score per layer of prefixes of ``n_seqs`` long sequences per seed, every length.
+
+    Seed s initialises the model and draws its sequences (``length_tokens`` with seeds
+    s * n_seqs + n); ``vocab_size`` switches to i.i.d. ids and widens the model's vocabulary. A
+    causal model's hidden state at position i depends only on positions <= i, so the states of
+    a prefix of length T are the first T states of the full sequence: one forward pass at
+    max(lengths) gives every length exactly. Returns (DataFrame with columns ``seed``, ``seq``,
+    ``length``, ``layer``, ``score``; wall-clock seconds of ``adjacency_score`` on all layers of
+    the longest sequence, for the first sequence).
+    """
+    if not seeds:
+        raise ValueError("seeds must name at least one seed")
+    if n_seqs < 1:
+        raise ValueError(f"n_seqs={n_seqs!r} must be >= 1")
+    if min(lengths) < 3:
+        raise ValueError(f"lengths={list(lengths)!r} must all be >= 3")
+    T_max = max(lengths)
+    base = base or GPTConfig()
+    if not base.causal:
+        raise ValueError("length_scores scores prefixes, which needs causal=True")
+    config = replace(base, block_size=max(base.block_size, T_max))
+    if vocab_size is not None:
+        config = replace(config, vocab_size=vocab_size)
+    rows, seconds = [], float("nan")
+    for seed in seeds:
+        model = random_model(config, seed=seed)
+        for n in range(n_seqs):
+            tokens = length_tokens(T_max, seed * n_seqs + n, vocab_size)
+            states = model.hidden_states(torch.tensor([tokens])).float()  # [L+1, 1, T, d]
+            C = cosine_similarity_matrix(states[:, 0]).numpy()  # [L+1, T_max, T_max]
+            for T in sorted(lengths):
+                start = time.perf_counter()
+                scores = adjacency_score(C[:, :T, :T])  # [L+1]
+                if T == T_max and np.isnan(seconds):
+                    seconds = time.perf_counter() - start
+                rows += [dict(seed=seed, seq=n, length=T, layer=layer, score=s)
+                         for layer, s in enumerate(scores)]
+    return pd.DataFrame(rows), seconds
+
+
+def slider_frames(
+    text: str, stds: Sequence[float], seed: int = 0, base: GPTConfig | None = None
+) -> tuple[dict[tuple[float, int], np.ndarray], dict[tuple[float, int], float]]:
+    """Similarity matrix and adjacency score of ``text`` at every (σ, layer), for static sliders.
+
+    ``stds`` replace ``init_std`` of ``base``; returns ({(σ, layer): [T, T]},
+    {(σ, layer): score}).
+    """
+    base = base or GPTConfig()
+    matrices, scores = {}, {}
+    for std in stds:
+        mats = similarity_matrices(random_model(base, seed=seed, init_std=std), text)  # [L+1, T, T]
+        for layer, (m, s) in enumerate(zip(mats, adjacency_score(mats))):
+            matrices[std, layer], scores[std, layer] = m, float(s)
+    return matrices, scores
+
+
+# The random-initialisation chapter's parameters and their rules (its ``parameters`` cell: edit the two
+# together). Upper bounds are rough costs on the 2-core development machine, far
+# above the defaults; the reason is in each message.
+CHAPTER_PARAMS = {
+    # claim 3's spreads and tolerances need two or more
+    "n_seeds": Int(min=2, max=200, why="each seed scores 26 base models (Figure 1 in two "
+                   "readings, 18 initialisations, 6 controls), ~0.8 s each at 16 inputs per "
+                   "task: ~20 s per seed, ~1.1 h at 200").costing(
+        Cost(("n_seeds", "inputs_per_task"), 1.0,
+             "~1 s: 26 base models x 4 inputs of ~10 ms each")),
+    "inputs_per_task": Int(min=1, max=2048, why="each adds 4 inputs (~10 ms each) to 26 "
+                           "models per seed: ~3 s at 3 seeds, ~1.7 h at 2048, and a batch of "
+                           "states of ~2 GB"),
+    "heatmap_task": Choice(TASKS),
+    "init_means": ListOf(Float(min=-1e6, max=1e6), max_len=32,
+                         why="each mean adds 2 x len(init_stds) x n_seeds models (18 at the "
+                             "defaults, ~0.8 s each): ~15 s per mean, ~8 min at 32").costing(
+        Cost(("init_means", "init_stds", "n_seeds"), 1.6,
+             "~1.6 s: 2 models (two readings) of ~0.8 s each")),
+    "init_stds": ListOf(Float(min=0.0, max=1e6, open=True), max_len=32,
+                        why="each std adds 2 x len(init_means) x n_seeds models and a slider "
+                            "frame: ~15 s per std, ~8 min at 32"),
+    "gone_margin": Float(min=0.0, max=0.5),
+    "grid_layers": ListOf(Int(min=1, max=96, why="96 layers x 768 wide is 0.68 G parameters, "
+                              "~1 min per seed"),
+                          max_len=8, why="each depth adds len(grid_widths) x grid_seeds "
+                                         "models (9 at the defaults), up to ~15 s each"),
+    "grid_widths": ListOf(Int(min=6, max=3072, why="6 layers x 3072 wide is 0.68 G "
+                              "parameters, ~1 min per seed").where(
+                              lambda w, _: w % 6 == 0, "a multiple of the 6 heads"),
+                          max_len=8, why="each width adds len(grid_layers) x grid_seeds "
+                                         "models (9 at the defaults), up to ~15 s each").where(
+        lambda ws, p: 12 * max(p["grid_layers"]) * max(ws) ** 2 <= 1.2e9,
+        "the deepest and widest grid model at most 1.2 G parameters (12 x n_layer x n_embd^2: "
+        "4.8 GB of float32 weights; 24 x 768 is 0.17 G)"),
+    # the tolerance is derived from the spread over seeds
+    "grid_seeds": Int(min=2, max=100, why="each seed scores the 9 grid models, ~30 s in all "
+                      "at the defaults: ~50 min at 100"),
+    "grid_inputs_per_task": Int(min=1, max=512, why="~4 s per input per task for the 9 grid "
+                                "models x 3 seeds: ~35 min at 512, where the 24 x 768 model's "
+                                "states of 4 x 512 inputs take 3.5 GB"),
+    "level": Float(min=0.5, max=1.0, open=True),
+    "lengths": ListOf(Int(min=3, max=8192, why="the [7, T, T] float32 similarity matrices "
+                          "take 1.9 GB at T = 8192"),
+                      max_len=32, why="each length is scored on all 2 x length_seeds x "
+                                      "length_seqs sequences, up to ~10 s each at T = 8192"),
+    "length_seeds": Int(min=1, max=32, why="each seed adds 2 x length_seqs sequences, ~1 s "
+                        "each at lengths <= 512 and ~1 min at 8192: ~4 min at 32 (defaults)"),
+    "length_seqs": Int(min=1, max=32, why="each adds 2 x length_seeds sequences, ~1 s each at "
+                       "lengths <= 512 and ~1 min at 8192: ~2 min at 32 (defaults)"),
+    "control_vocab": Int(min=2, max=2**20, why="the control model's embedding is "
+                         "control_vocab x 384 float32: 1.6 GB at 2^20").where(
+        lambda v, p: v * max(p["lengths"]) <= 2**31,
+        "control_vocab x max(lengths) <= 2^31 (the forward pass makes logits of that many "
+        "float32: 8 GB)"),
+}

@@ -1,0 +1,348 @@
+"""The early-dynamics study: what the first steps of training do to the layer-1 pattern.
+
+The early-dynamics study: what the first steps of training do to the layer-1 pattern, and
+why. Each run trains a study profile's model (the same loop, data order and learning-rate
+schedule as the trained study's runs of that seed: ``train.train``) over its first steps with
+a curve point every few steps, each recording every layer's adjacency score on the profile's
+fixed trajectory inputs, exact match, the learning rate, and block 1 as the averaging theory
+reads it on those very inputs (``nopelib.averaging.dynamics``: rho, the shared direction of the
+value vectors and of the embeddings, the attention entropy over log k) with the layer-1 score the
+theory predicts from the measured attention and from uniform attention. The ablations hold parts at
+their initial values (``nopelib.core.ablation``: the token embedding, block 1's queries and keys, or
+both); the rule that says which of them explains a collapse is ``claims.collapse_cause``, fixed
+before this study ran.
+
+It trains longer than a chapter may, so it runs by hand, one file per profile::
+
+    python -m nopelib.studies.early_study --profile study --tasks addition reversal indexing
+    ordering
+
+which writes ``book/results/early_<profile>.json``. Each finished run is kept in the results
+cache (``nopelib.store.memo``), so an interrupted study goes on with the runs it had not finished
+when the same command is run again at the same commit.
+
+A run here is its seed's study run up to the point where the two part: a curve point reads
+the validation split, and a run whose validation reaches the profile's ``stop_at`` in the
+window starts its decaying tail at that point, where the study's run, with sparser points,
+may start it later.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+from multiprocessing import get_context
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from nopelib.averaging import dynamics
+from nopelib.core.ablation import check_parts
+from nopelib.core.metrics import layer_scores
+from nopelib.core.model import GPT, GPTConfig
+from nopelib.core.params import SEED, Choice, ListOf
+from nopelib.core.tasks import TASKS, get_task, sample_inputs
+from nopelib.rules import claims
+from nopelib.store.memo import is_cached, memo
+from nopelib.studies import results
+from nopelib.studies.analysis import random_model
+from nopelib.training.gate import training_time_problem
+from nopelib.training.profiles import PROFILES, TrainProfile, check_seed, get_profile
+from nopelib.training.train import TRAJECTORY_SEED, train
+
+# the window and the curve spacing per profile: the 4 x 96 study model over its first 1,000
+# steps, the paper's model (a step costs about 20 times more) over its first 500
+WINDOWS = {"study": (1_000, 10), "paper_study": (500, 10)}
+# one run's seconds on one loaded core of the 2-core development VM, curve points included
+# (measured: 2.5 to 6 minutes a run of the study model; the paper's model's 500 steps at about
+# 1.3 s plus 50 points of about 15 s): the estimate the command's time gate uses
+RUN_SECONDS = {"study": 330.0, "paper_study": 1_400.0}
+N_INPUTS = 64  # trajectory inputs, for both models (the paper_study profile's own count)
+# exact match at a curve point on the first N_CURVE test examples: a point every 10 steps on
+# the profile's 1,000 would cost more than the training (the curve draws no random numbers,
+# so the runs train alike either way)
+N_CURVE = 200
+ABLATIONS = {"none": (), "embedding": ("embedding",), "qk": ("qk",),
+             "both": ("embedding", "qk")}
+
+
+def early_profile(base: TrainProfile, steps: int, every: int) -> TrainProfile:
+    """``base`` over its first ``steps`` steps with a curve point every ``every`` steps,
+    N_INPUTS trajectory inputs and N_CURVE test examples per point; every other field (model, batch, learning rate and its
+    schedule, validation split) is the base's (a window shorter than the warm-up is refused
+    by the profile's own check)."""
+    return replace(base, name=f"{base.name}_early", steps=steps, curve_every=every,
+                   curve_dense_every=0, curve_dense_until=0, n_trajectory=N_INPUTS,
+                   n_curve=N_CURVE)
+
+
+def block1_measure(texts: Sequence[str], config: GPTConfig) -> Callable[[GPT], dict]:
+    """The curve-point measurement of block 1 on ``texts`` (``dynamics``), with the layer-1
+    score the theory predicts from it (``predicted``)."""
+
+    def measure(model: GPT) -> dict:
+        block, patterns = dynamics.measure_block1(model, texts)
+        return {**block.record(),
+                "predicted": dynamics.predicted_layer1(texts, patterns, block, config.n_embd)}
+    return measure
+
+
+def early_run(task: str, seed: int, profile: str, frozen: tuple[str, ...]) -> dict:
+    """One run of the study on the CPU: its curve (every field a list, one value per curve
+    point), its initial scores and measurement, and its training time."""
+    base = get_profile(profile)
+    steps, every = WINDOWS[profile]
+    prof = early_profile(base, steps, every)
+    texts = sample_inputs(task, prof.n_trajectory, seed=TRAJECTORY_SEED)  # train()'s own
+    _, m = train(task, seed, prof, torch.device("cpu"), progress=False, frozen=frozen,
+                 measure=block1_measure(texts, prof.model))
+    return {"task": task, "seed": seed, "frozen": list(frozen), "steps": m["steps"],
+            "train_seconds": m["train_seconds"], "curve_seconds": m["curve_seconds"],
+            "scores_init": m["scores_init"], "measure_init": m["measure_init"],
+            "curve": {k: list(v) for k, v in m["curve"].items()}}
+
+
+def _one(job: tuple[str, int, str, tuple[str, ...]]) -> dict:
+    # the importable module's function, not this one's: run as ``python -m``, this module is
+    # __main__ (and __mp_main__ in a worker), whose functions memo keys by their globals too
+    from nopelib.studies.early_study import early_run as run
+
+    torch.set_num_threads(1)  # one process per core
+    return memo(run, *job)
+
+
+def run_study(profile: str, tasks: Sequence[str], seeds: Sequence[int],
+              ablations: Sequence[str], workers: int = 1) -> list[dict]:
+    """Every (task, ablation, seed) run of the study, in that order, from the results cache
+    where it holds them, on ``workers`` processes."""
+    if profile not in WINDOWS:
+        raise ValueError(f"profile={profile!r}: the study has a window for {sorted(WINDOWS)}")
+    for task in tasks:
+        get_task(task)
+    for seed in seeds:
+        check_seed(seed)
+    for name in ablations:
+        if name not in ABLATIONS:
+            raise ValueError(f"ablation {name!r} is unknown; allowed: {list(ABLATIONS)}")
+        check_parts(ABLATIONS[name])
+    todo = jobs(profile, tasks, seeds, ablations)
+    if workers == 1:
+        return [_one(job) for job in todo]
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        return list(pool.map(_one, todo))
+
+
+def jobs(profile: str, tasks: Sequence[str], seeds: Sequence[int],
+         ablations: Sequence[str]) -> list[tuple[str, int, str, tuple[str, ...]]]:
+    """The (task, seed, profile, frozen parts) of every run, task by task, then ablation by
+    ablation, then seed by seed: the order of the file's runs."""
+    return [(t, s, profile, ABLATIONS[a]) for t in tasks for a in ablations for s in seeds]
+
+
+# ---------------------------------------------------------------------------------------------
+# the chapter's live part: block 1 at initialisation, measured and predicted
+
+# The chapter's parameters (its ``parameters`` cell: edit the two together)
+CHAPTER_PARAMS = {
+    "profile": Choice(WINDOWS),
+    "init_profiles": ListOf(Choice(WINDOWS), unique=True),
+    "init_seeds": ListOf(SEED, unique=True, max_len=10,
+                         why="each seed builds one model per profile and task, a few seconds "
+                             "each"),
+}
+
+
+def init_check(profile: str, tasks: Sequence[str], seeds: Sequence[int]) -> pd.DataFrame:
+    """Block 1 of ``profile``'s model at initialisation, per task and seed, on the study's
+    trajectory inputs: the ``dynamics`` quantities, the theory's predicted layer-1 score and
+    the measured one (``layer1``)."""
+    config = get_profile(profile).model
+    rows = []
+    for task in tasks:
+        texts = sample_inputs(task, N_INPUTS, seed=TRAJECTORY_SEED)
+        for seed in seeds:
+            model = random_model(config, seed=seed)  # train()'s initial draw for the seed
+            point = block1_measure(texts, config)(model)
+            rows.append({"profile": profile, "task": task, "seed": seed,
+                         "layer1": float(layer_scores(model, texts).mean(0)[1]), **point})
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# reading a committed study
+
+MEASURED = ("rho", "value_common", "embedding_common", "value_axis", "embedding_axis",
+            "entropy", "score_without_mlp", "predicted")  # block 1, per curve point
+
+
+def ablation_name(frozen: Sequence[str]) -> str:
+    """The ablation a run's ``frozen`` parts make (ABLATIONS' key)."""
+    for name, parts in ABLATIONS.items():
+        if list(parts) == list(frozen):
+            return name
+    raise ValueError(f"frozen={list(frozen)!r} is no ablation of {list(ABLATIONS)}")
+
+
+def frame(doc: dict) -> pd.DataFrame:
+    """One row per run and curve point, step 0 (the initialisation) included: task, seed,
+    ablation, step, lr, accuracy (NaN at step 0), layer1 (the adjacency score after block 1)
+    and the MEASURED quantities."""
+    rows = []
+    for run in doc["runs"]:
+        head = {"task": run["task"], "seed": run["seed"],
+                "ablation": ablation_name(run["frozen"])}
+        rows.append({**head, "step": 0, "lr": 0.0, "accuracy": float("nan"),
+                     "layer1": run["scores_init"][1],
+                     **{k: run["measure_init"][k] for k in MEASURED}})
+        c = run["curve"]
+        for i, step in enumerate(c["step"]):
+            rows.append({**head, "step": step, "lr": c["lr"][i], "accuracy": c["accuracy"][i],
+                         "layer1": c["scores"][i][1], **{k: c[k][i] for k in MEASURED}})
+    return pd.DataFrame(rows)
+
+
+def falls(runs: pd.DataFrame, level: float = claims.FALLS_AT) -> pd.DataFrame:
+    """Per unablated run (task, seed): the first step where layer 1 is below ``level``
+    (``claims.first_below``; NaN if never), its lowest and its last score in the window, and
+    the block-1 quantities at that step beside their values at initialisation
+    (``<name>_init``)."""
+    out = []
+    for (task, seed), g in runs[runs.ablation == "none"].groupby(["task", "seed"]):
+        g = g.sort_values("step")
+        step = claims.first_below(g.step.tolist(), g.layer1.tolist(), level)
+        at = g[g.step == step].iloc[0] if step is not None else None
+        row = {"task": task, "seed": seed, "falls_at": float("nan") if step is None else step,
+               "lowest_layer1": claims.window_min(g.step.tolist(), g.layer1.tolist()),
+               "last_layer1": float(g.layer1.iloc[-1])}
+        for name in ("layer1", "rho", "value_common", "value_axis", "embedding_axis",
+                     "entropy"):
+            row[f"{name}_init"] = float(g[name].iloc[0])
+            row[name] = float("nan") if at is None else float(at[name])
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def agreement(runs: pd.DataFrame) -> pd.DataFrame:
+    """The theory along training, per unablated run: the largest |predicted - measured| over
+    its curve points and its step (``claims.largest_gap``), against the residual the theory
+    describes (``score_without_mlp``) and against the layer-1 score itself."""
+    out = []
+    for (task, seed), g in runs[runs.ablation == "none"].groupby(["task", "seed"]):
+        g = g.sort_values("step")
+        gap, step = claims.largest_gap(g.step, g.predicted, g.score_without_mlp)
+        gap1, step1 = claims.largest_gap(g.step, g.predicted, g.layer1)
+        out.append({"task": task, "seed": seed, "gap_without_mlp": gap, "at_step": step,
+                    "gap_layer1": gap1, "at_step_layer1": step1})
+    return pd.DataFrame(out)
+
+
+def causes(runs: pd.DataFrame) -> pd.DataFrame:
+    """``claims.collapse_cause`` per task and ablation: each seed's lowest layer-1 score in
+    the window (``claims.window_min``), unablated and ablated, and the verdict."""
+    lows = {key: claims.window_min(g.step.tolist(), g.layer1.tolist())  # order-free
+            for key, g in runs.groupby(["task", "ablation", "seed"])}
+    out = []
+    for task in sorted({t for t, _, _ in lows}):
+        base = {s: v for (t, a, s), v in lows.items() if t == task and a == "none"}
+        for name in ABLATIONS:
+            if name == "none":
+                continue
+            held = {s: v for (t, a, s), v in lows.items() if t == task and a == name}
+            if not held:
+                continue
+            out.append({"task": task, "ablation": name, "seeds": len(held),
+                        "lowest_unablated": min(base.values()) if base else float("nan"),
+                        "lowest_ablated": min(held.values()),
+                        "verdict": claims.collapse_cause(base, held)})
+    return pd.DataFrame(out, columns=["task", "ablation", "seeds", "lowest_unablated",
+                                      "lowest_ablated", "verdict"])
+
+
+def answers(falls_table: pd.DataFrame, gaps: pd.DataFrame,
+            cause_table: pd.DataFrame) -> dict[str, str]:
+    """One plain sentence per task from ``falls``, ``agreement`` and ``causes``: when layer 1
+    fell, what had moved by then, how far the theory missed, what each ablation's rule
+    reads."""
+    out = {}
+    for task, f in falls_table.groupby("task"):
+        fell = f.dropna(subset=["falls_at"])
+        if fell.empty:
+            when = (f"layer 1 never fell below {claims.FALLS_AT} (lowest "
+                    f"{f.lowest_layer1.min():.3f})")
+        else:
+            steps = fell.falls_at.astype(int)
+            when = (f"layer 1 fell below {claims.FALLS_AT} on {len(fell)} of {len(f)} seeds, "
+                    f"at step {steps.min()}-{steps.max()}, with attention entropy still "
+                    f"{fell.entropy.min():.3f} or more of uniform, rho {fell.rho.min():.2f}-"
+                    f"{fell.rho.max():.2f} (initially {fell.rho_init.min():.2f}-"
+                    f"{fell.rho_init.max():.2f}) and the value vectors' leading-axis share "
+                    f"{fell.value_axis.min():.2f}-{fell.value_axis.max():.2f} (initially "
+                    f"{fell.value_axis_init.min():.2f}-{fell.value_axis_init.max():.2f})")
+        when += (f"; at the window's last point layer 1 was {f.last_layer1.min():.3f}-"
+                 f"{f.last_layer1.max():.3f}")
+        g = gaps[gaps.task == task]
+        theory = (f"the theory fed the measured quantities missed the no-MLP score by up to "
+                  f"{g.gap_without_mlp.max():.3f}")
+        rules = [f"holding the {'token embedding' if r.ablation == 'embedding' else r.ablation}"
+                 f" left layer 1 at {r.lowest_ablated:.3f} or above (unablated "
+                 f"{r.lowest_unablated:.3f}): {r.verdict}"
+                 for r in cause_table[cause_table.task == task].itertuples()]
+        out[task] = "; ".join([when, theory, *rules]) + "."
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m nopelib.studies.early_study",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profile", default="study", choices=sorted(WINDOWS))
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--ablations", nargs="+", default=list(ABLATIONS),
+                        choices=list(ABLATIONS))
+    parser.add_argument("--workers", type=int, default=1,
+                        help="training processes (one thread each)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="default: book/results/early_<profile>.json")
+    args = parser.parse_args(argv)
+    from nopelib.core.params import Int, check_args
+
+    check_args(parser, {"--seeds": (args.seeds, SEED),
+                        "--workers": (args.workers, Int(min=1, max=64,
+                                                        why="one process per core"))})
+    for name, values in (("--seeds", args.seeds), ("--tasks", args.tasks),
+                         ("--ablations", args.ablations)):
+        if len(set(values)) != len(values):
+            parser.error(f"{name} {values} names one twice")
+    from nopelib.studies.early_study import early_run as run  # the key _one caches it under
+
+    todo = [job for job in jobs(args.profile, args.tasks, args.seeds, args.ablations)
+            if not is_cached(run, *job)]  # runs in the cache cost nothing
+    slow = training_time_problem(args.profile, len(todo), "cpu", RUN_SECONDS[args.profile],
+                                 args.workers, basis="as measured on the development VM",
+                                 allowed="fewer tasks, seeds or ablations, more --workers")
+    if slow is not None:
+        parser.error(slow)
+    out = results.RESULTS_DIR / f"early_{args.profile}.json" if args.out is None else args.out
+    if not out.name.startswith("early_") or out.suffix != ".json":
+        parser.error(f"--out={str(out)!r}: the file must be named early_<name>.json")
+    if not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
+        parser.error(f"--out={str(out)!r}: {str(out.parent)!r} is not a writable folder")
+    start = time.perf_counter()
+    runs = run_study(args.profile, args.tasks, args.seeds, args.ablations, args.workers)
+    steps, every = WINDOWS[args.profile]
+    doc = {"provenance": results.provenance(
+        "python -m nopelib.studies.early_study", argv, start, profile=args.profile,
+        training=early_profile(PROFILES[args.profile], steps, every).record(),
+        window=steps, every=every, tasks=list(args.tasks), seeds=list(args.seeds),
+        ablations=list(args.ablations)), "runs": runs}
+    results.write(out, doc, "early")
+    print(f"wrote {out}: {len(runs)} runs in {time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""The recipe study: NoPE beside a learned position embedding, past the budget.
+
+The recipe study: test exact match against training steps, NoPE beside a learned position
+embedding of the same size and budget, out to a multiple of a profile's budget.
+
+It trains longer than a chapter may, so it runs by hand, once, with one command; the trained
+chapter draws every small JSON file it writes (committed as ``book/results/recipe_*.json``, one
+file per study)::
+
+    python -m nopelib.studies.recipe --out book/results/recipe_addition_reversal.json \
+        --tasks addition reversal
+
+Every run goes through ``train_many`` (the run cache), so an interrupted study resumes where it
+stopped. The file records its provenance: the command, the git commit, the machine, the torch
+version and the wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from nopelib.core.tasks import TASKS
+from nopelib.studies import results
+from nopelib.training.launch import train_many, train_missing
+from nopelib.training.profiles import PROFILES, RECIPE_ENCODINGS, TrainProfile, get_profile
+
+MAX_SEEDS = 20  # a bound on --seeds: each seed adds a NoPE and a learned-position run per task
+
+
+def run_study(profile: str | TrainProfile, tasks: list[str], seeds: list[int], scale: int,
+              device: str = "auto") -> list[dict]:
+    """Train (or load) every (task, seed, position encoding) and return one row per run.
+
+    The runs of both encodings share one pool of workers (``train_missing``), the costliest
+    first, so no core waits for one encoding to finish before the other starts."""
+    base = get_profile(profile)
+    profiles = {pe: base.scaled(scale, pe) for pe in RECIPE_ENCODINGS}
+    train_missing([(t, s, prof) for prof in profiles.values() for t in tasks for s in seeds],
+                  device=device)
+    rows = []
+    for pe, prof in profiles.items():
+        runs = train_many([(t, s) for t in tasks for s in seeds], prof, device=device)
+        for (task, seed), run in runs.items():
+            m = run.metrics
+            rows.append({"task": task, "seed": seed, "pos_encoding": pe, "steps": m["steps"],
+                         "accuracy": m["accuracy"], "n_test": m["n_test"],
+                         "train_seconds": m["train_seconds"], "curve": m["curve"]})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m nopelib.studies.recipe",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, type=Path, help="JSON file to write")
+    parser.add_argument("--profile", default="cpu", choices=sorted(PROFILES))
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--scale", type=int, default=4, help="multiple of the profile's steps")
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args(argv)
+    from nopelib.core.params import SEED, Choice, Device, Int, ListOf, OutPath, check_args
+    from nopelib.training.gate import training_time_problem
+
+    # exit 2 now, not after hours of training
+    check_args(parser, {
+        "--out": (args.out, OutPath()),
+        "--tasks": (args.tasks, ListOf(Choice(TASKS), unique=True)),
+        "--seeds": (args.seeds, ListOf(SEED, unique=True, max_len=MAX_SEEDS,
+                                       why="each seed adds 2 runs per task: NoPE and learned")),
+        "--scale": (args.scale, Int(min=1, max=25, why="the cpu profile's 4,000 reversal steps "
+                                    "x 25 is 100,000 steps, ~0.11 s each on one core: ~3 h per "
+                                    "run")),
+        "--device": (args.device, Device()),
+    })
+    # each run costed as a learned-position one, the larger model
+    slow = training_time_problem(get_profile(args.profile).scaled(args.scale, "learned"),
+                                 len(RECIPE_ENCODINGS) * len(args.tasks) * len(args.seeds),
+                                 args.device,
+                                 allowed="a GPU (--device cuda), fewer --tasks or --seeds, or a "
+                                         "smaller --scale")
+    if slow is not None:
+        parser.error(f"--profile {args.profile} --scale {args.scale} --device {args.device}: "
+                     f"{slow}")
+    start = time.perf_counter()
+    rows = run_study(args.profile, args.tasks, args.seeds, args.scale, args.device)
+    result = {
+        "provenance": results.provenance(
+            "python -m nopelib.studies.recipe", argv, start, profile=args.profile, scale=args.scale,
+            training=get_profile(args.profile).record()),
+        "runs": rows,
+    }
+    results.write(args.out, result, "recipe")
+    print(f"wrote {args.out}: {len(rows)} runs in {result['provenance']['wall_seconds']} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,276 @@
+"""The own checks of the other result kinds: long, kernels, precision, early and text.
+
+Each checks what its chapter reads (rows of scores per length and layer, the kernel sets'
+outcomes, the precision check's gaps recomputed from its runs, the early curves, the text
+study's scores and bits per character).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from nopelib.core.model import GPTConfig
+from nopelib.core.probe import FEATURE_SETS
+from nopelib.rules import bf16
+from nopelib.rules.claims import LEARNED_AT, TEXT_ENCODINGS
+from nopelib.studies.result_checks import (bad_value, check_complete, check_distinct, check_fields,
+                                           check_layers, check_same, check_series, known_profile,
+                                           layer_rows, profile_record)
+from nopelib.studies.result_schema import (ACCURACIES, EARLY_CURVE, EARLY_RUN, EARLY_SHARES,
+                                           EXTRA_RUN, GAP, LONG_RUN, LOSSES, PRECISION_POLICY,
+                                           REL_TOL, RUN, ResultsError, Rule, SECONDS, SEED_FIELD,
+                                           SHARE, STEPS, int_rule, list_of, number_rule,
+                                           object_rule, one_of, rows_rule, text_rule)
+from nopelib.training.profiles import PRECISIONS, TrainProfile
+from nopelib.training.text_lm import TextProfile, lengths_for
+
+
+def check_long(name: str, doc: dict) -> None:
+    prov, runs = doc["provenance"], doc["runs"]
+    T = prov["T"]
+    try:
+        base = GPTConfig(**prov["base"])
+    except (TypeError, ValueError) as exc:
+        raise ResultsError(f"{name}: provenance.base: {exc}") from None
+    layers = base.n_layer + 1
+    for i, run in enumerate(runs):
+        where = f"{name}: runs[{i}]"
+        check_fields(where, run, LONG_RUN)
+        try:  # the scorecard names each width's model from the base one
+            replace(base, n_embd=run["n_embd"])
+        except ValueError as exc:
+            raise bad_value(f"{where}.n_embd", run["n_embd"], f"a width of the base model: {exc}"
+                            ) from None
+        if run["window"] is not None and run["window"] > T:
+            raise bad_value(f"{where}.window", run["window"], f"null or an integer in [1, T={T}]")
+        _check_long_rows(where, run, T, layers)
+    check_same(name, runs, "the lengths scored", lambda r: sorted({row[0] for row in r["scores"]}))
+    check_same(name, runs, "the (octave, d) pairs of predicted_order",
+               lambda r: sorted((row[0], row[1]) for row in r["predicted_order"]))
+    check_distinct(name, runs, ("n_embd", "window", "seed"),
+                   ("scores and order", lambda r: {k: v for k, v in r.items() if k != "seed"}))
+
+
+def _cells(where: str, rows: list, width: int, ok: Callable[[list], bool], words: str,
+           ) -> set[tuple]:
+    """The index columns of ``rows`` (``width`` integers before the value, a number in
+    [0, 1]), each allowed by ``ok`` and once."""
+    seen: set[tuple] = set()
+    for j, row in enumerate(rows):
+        if not (isinstance(row, list) and len(row) == width + 1
+                and all(type(x) is int for x in row[:width]) and SHARE[0](row[-1]) and ok(row)):
+            raise bad_value(f"{where}[{j}]", row, words)
+        cell = tuple(row[:width])
+        if cell in seen:
+            raise ResultsError(f"{where}[{j}] repeats {list(cell)}: each once")
+        seen.add(cell)
+    return seen
+
+
+def _check_long_rows(where: str, run: dict, T: int, layers: int) -> None:
+    """A long run's rows: every layer 0..L at every length (the longest T), the predicted
+    score at the same lengths; every layer at the same (octave, d) pairs as the prediction,
+    octaves powers of two up to T and d in [2, octave / 2]."""
+    last = layers - 1
+    scored = _cells(f"{where}.scores", run["scores"], 2,
+                    lambda r: 3 <= r[0] <= T and 0 <= r[1] <= last,
+                    f"[length in 3..T={T}, layer in 0..{last}, score in [0, 1]]")
+    lengths = sorted({length for length, _ in scored})
+    missing = sorted({(n, layer) for n in lengths for layer in range(layers)} - scored)
+    if missing:
+        raise ResultsError(f"{where}.scores lacks [length, layer] {list(missing[0])}: every "
+                           f"layer 0..{last} at every length")
+    if lengths[-1] != T:
+        raise ResultsError(f"{where}.scores reach length {lengths[-1]}: the longest must be "
+                           f"T = {T} (provenance.T)")
+    predicted = _cells(f"{where}.predicted_scores", run["predicted_scores"], 1,
+                       lambda r: r[0] in lengths,
+                       f"[a length of scores {lengths}, predicted score in [0, 1]]")
+    if predicted != {(n,) for n in lengths}:
+        raise ResultsError(f"{where}.predicted_scores must hold each length of scores "
+                           f"{lengths} once")
+
+    def octave_d(octave: int, d: int) -> bool:
+        return 2 <= octave <= T and octave & (octave - 1) == 0 and 2 <= d <= octave // 2
+
+    pairs = _cells(f"{where}.predicted_order", run["predicted_order"], 2,
+                   lambda r: octave_d(r[0], r[1]),
+                   f"[octave (a power of two <= T={T}), d in [2, octave / 2], probability in "
+                   "[0, 1]]")
+    order = _cells(f"{where}.order", run["order"], 3,
+                   lambda r: 0 <= r[0] <= last and octave_d(r[1], r[2]),
+                   f"[layer in 0..{last}, octave (a power of two <= T={T}), d in [2, "
+                   "octave / 2], fraction in [0, 1]]")
+    extra = sorted({cell[1:] for cell in order} - pairs)
+    if extra:
+        raise ResultsError(f"{where}.order has [octave, d] {list(extra[0])}, which "
+                           "predicted_order lacks: the two must read the same (octave, d)")
+    missing = sorted({(layer, *p) for layer in range(layers) for p in pairs} - order)
+    if missing:
+        raise ResultsError(f"{where}.order lacks [layer, octave, d] {list(missing[0])}: every "
+                           f"layer 0..{last} at each (octave, d) of predicted_order")
+
+
+def check_kernels(name: str, doc: dict) -> None:
+    prov, runs = doc["provenance"], doc["runs"]
+    sets = prov["sets"]
+    for i, run in enumerate(runs):
+        where = f"{name}: runs[{i}]"
+        check_fields(where, run, {**RUN, **EXTRA_RUN["kernels"]})
+        if run["set"] not in sets:
+            raise bad_value(f"{where}.set", run["set"], f"one of {sorted(sets)}")
+        if run["inside"] != (not run["outside"]):
+            raise bad_value(f"{where}.inside", run["inside"],
+                            f"{not run['outside']}: inside exactly when outside is empty")
+        if run["learned"] != (run["accuracy"] >= LEARNED_AT):
+            raise bad_value(f"{where}.learned", run["learned"],
+                            f"{run['accuracy'] >= LEARNED_AT}: exact match >= {LEARNED_AT}")
+    check_same(name, runs, "the layers of scores_after", lambda r: len(r["scores_after"]))
+    known_profile(name, prov)
+    check_distinct(name, runs, ("set", "task", "seed"))  # two kernel sets may agree bit for bit
+    check_complete(name, runs, ("task", "seed"), "set", list(sets))
+    if "chapters" in prov:
+        chapters = prov["chapters"]
+        if not (isinstance(chapters, dict) and set(chapters) <= set(sets)):
+            raise bad_value(f"{name}: provenance.chapters", chapters,
+                            f"kernel set (of {sorted(sets)}) -> chapter -> passed and seconds")
+        for kernel_set, outcome in chapters.items():
+            if not isinstance(outcome, dict):
+                raise bad_value(f"{name}: provenance.chapters.{kernel_set}", outcome,
+                                "chapter -> passed and seconds")
+            for chapter, c in outcome.items():
+                check_fields(f"{name}: provenance.chapters.{kernel_set}.{chapter}", c,
+                             {"passed": EXTRA_RUN["kernels"]["learned"], "seconds": SECONDS})
+
+
+def check_precision(name: str, doc: dict) -> None:
+    prov, runs = doc["provenance"], doc["runs"]
+    prof = profile_record(name, prov)
+    if prov["steps"] > prof.steps:
+        raise bad_value(f"{name}: provenance.steps", prov["steps"],
+                        f"at most the profile's {prof.steps:,} steps")
+    layers = prof.model.n_layer + 1
+    for i, run in enumerate(runs):
+        where = f"{name}: runs[{i}]"
+        check_fields(where, run, {**RUN, **EXTRA_RUN["precision"]})
+        policy = PRECISION_POLICY[run["precision"]]
+        if run["dtype_policy"] != policy:
+            raise bad_value(f"{where}.dtype_policy", run["dtype_policy"],
+                            f"{policy!r} for a {run['precision']} run (the check compares the two)")
+        if run["steps"] > prov["steps"]:
+            raise bad_value(f"{where}.steps", run["steps"], f"at most provenance.steps "
+                                                       f"({prov['steps']})")
+        check_series(f"{where}.curve", run["curve"], run["steps"],
+                     {"accuracy": ACCURACIES, "val_accuracy": ACCURACIES,
+                       "scores": layer_rows(layers)})
+    known_profile(name, prov)
+    check_distinct(name, runs, ("task", "seed", "precision"), ("curve", lambda r: r["curve"]))
+    check_complete(name, runs, ("task", "seed"), "precision", PRECISIONS)
+    gaps = doc.get("gaps")
+    if not isinstance(gaps, list) or not gaps:
+        raise bad_value(f"{name}: gaps", gaps, "a non-empty list: the rule's table (bf16.gaps)")
+    for j, row in enumerate(gaps):
+        check_fields(f"{name}: gaps[{j}]", row, GAP)
+    try:
+        table = bf16.gaps(runs)
+    except ValueError as exc:
+        raise ResultsError(f"{name}: runs: {exc}") from None
+    expected = table.to_dict("records")
+    if len(gaps) != len(expected):
+        raise ResultsError(f"{name}: gaps holds {len(gaps)} rows: the runs give "
+                           f"{len(expected)} (bf16.gaps)")
+    for j, (row, want) in enumerate(zip(gaps, expected)):
+        for field, value in want.items():
+            same = (math.isclose(row[field], value, rel_tol=REL_TOL, abs_tol=REL_TOL)
+                    if isinstance(value, float) else row[field] == value)
+            if not same:
+                raise bad_value(f"{name}: gaps[{j}].{field}", row[field],
+                                f"{value!r}, what the runs give (bf16.gaps)")
+    if prov["verdict"] != bf16.verdict(table):
+        raise bad_value(f"{name}: provenance.verdict", prov["verdict"],
+                        f"{bf16.verdict(table)!r}, the verdict of gaps")
+
+
+def check_early(name: str, doc: dict) -> None:
+    prov, runs = doc["provenance"], doc["runs"]
+    try:  # the study's own profile, named apart from the profile it starts from
+        prof = TrainProfile.from_record(prov["training"])
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ResultsError(f"{name}: provenance.training: {exc}") from None
+    layers = prof.model.n_layer + 1
+    finite: Rule = (number_rule(), "a finite number")
+    series = {k: ACCURACIES if k in EARLY_SHARES else finite for k in EARLY_CURVE[1:]}
+    for i, run in enumerate(runs):
+        where = f"{name}: runs[{i}]"
+        check_fields(where, run, EARLY_RUN)
+        check_layers(f"{where}.scores_init", run["scores_init"], layers)
+        if run["steps"] > prov["window"]:
+            raise bad_value(f"{where}.steps", run["steps"],
+                            f"at most the study's window (provenance.window = {prov['window']})")
+        check_series(f"{where}.curve", run["curve"], run["steps"],
+                     {**series, "scores": layer_rows(layers)})
+    known_profile(name, prov)
+    check_distinct(name, runs, ("task", "frozen", "seed"), ("curve", lambda r: r["curve"]))
+
+
+# a run of the text study (nopelib.studies.text_study): a language model, no task
+TEXT_RUN: dict[str, Rule] = {
+    "encoding": one_of(TEXT_ENCODINGS),
+    "seed": SEED_FIELD,
+    "steps": STEPS,
+    "train_seconds": SECONDS,
+    "val_bpc": (number_rule(0.0), "a finite number >= 0"),
+    "test_bpc": (number_rule(0.0), "a finite number >= 0"),
+    "curve": object_rule("an object of lists, one value per curve point"),
+    "scores": object_rule("an object with init and trained: per length, mean and sd per layer"),
+    "probes": rows_rule("{stage, length, layer, features, seed, nrmse, r}"),
+    "samples": rows_rule("{prompt, text}"),
+}
+TEXT_STAGES = ("init", "trained")
+
+
+def check_text(name: str, doc: dict) -> None:
+    prov, runs = doc["provenance"], doc["runs"]
+    prof = profile_record(name, prov, TextProfile)
+    layers = prof.n_layer + 1
+    finite: Rule = (number_rule(), "a finite number")
+    for i, run in enumerate(runs):
+        where = f"{name}: runs[{i}]"
+        check_fields(where, run, TEXT_RUN)
+        check_series(f"{where}.curve", run["curve"], run["steps"],
+                     {"loss": LOSSES, "lr": finite, "val_bpc": LOSSES,
+                       "scores": layer_rows(layers)})
+        allowed = lengths_for(run["encoding"], prof)
+        for stage in TEXT_STAGES:
+            per = run["scores"].get(stage)
+            if (not isinstance(per, dict) or not all(k.isdigit() for k in per)
+                    or sorted(map(int, per)) != allowed):
+                raise bad_value(f"{where}.scores.{stage}", per,
+                                f"an object with the lengths {allowed} (the {run['encoding']} "
+                                "model's)")
+            for n, row in per.items():
+                if not isinstance(row, dict):
+                    raise bad_value(f"{where}.scores.{stage}.{n}", row, "an object: mean, sd")
+                check_fields(f"{where}.scores.{stage}.{n}", row,
+                             {"mean": layer_rows(layers),
+                               "sd": ((lambda v: list_of(number_rule(0.0), "")[0](v)
+                                       and len(v) == layers),
+                                      f"{layers} standard deviations >= 0, one per layer")})
+        for j, row in enumerate(run["probes"]):
+            check_fields(f"{where}.probes[{j}]", row, {
+                "stage": one_of(TEXT_STAGES), "length": one_of_ints(allowed),
+                "layer": (int_rule(0, layers - 1), f"a layer in [0, {layers - 1}]"),
+                "features": one_of(FEATURE_SETS), "seed": SEED_FIELD,
+                "nrmse": (number_rule(0.0), "a finite number >= 0"),
+                "r": (number_rule(-1.0, 1.0), "a correlation in [-1, 1]")})
+        for j, row in enumerate(run["samples"]):
+            check_fields(f"{where}.samples[{j}]", row, {"prompt": (text_rule, "a prompt"),
+                                                         "text": (text_rule, "generated text")})
+    check_distinct(name, runs, ("encoding", "seed"), ("curve", lambda r: r["curve"]))
+
+
+def one_of_ints(options: Sequence[int]) -> Rule:
+    allowed = tuple(options)
+    return (lambda v: type(v) is int and v in allowed, f"one of {list(allowed)}")

@@ -1,0 +1,261 @@
+"""The committed result files' schemas: each kind's fields and the rules that check them.
+
+A rule is a field's check and what it allows in words (``Rule``); a schema maps each field a
+chapter, the scorecard or a command reads to its rule. ``nopelib.studies.results`` validates a
+file against its kind's schema with the checks of ``result_checks``, ``result_runs`` and
+``result_kinds``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from nopelib.core.ablation import PARTS
+from nopelib.core.probe import FEATURE_SETS
+from nopelib.core.tasks import TASKS
+from nopelib.training.launch import BACKENDS
+from nopelib.training.profiles import MAX_SEED, PRECISIONS
+
+
+KINDS = ("recipe", "grid", "trained", "long", "kernels", "precision", "early", "text")
+MAX_BYTES = 64 * 2**20  # a committed result is kilobytes to a few megabytes
+# the deepest field of any schema is 7 levels down (a trained run's similarity matrices:
+# runs, run, matrices, layers, matrix, row); deeper nesting is no result file
+MAX_DEPTH = 16
+# the values of train.dtype_policy: how a run's training step computed
+DTYPE_POLICIES = ("float32", "autocast-bfloat16")
+# the dtype policy each precision of the precision check must have run under: it runs on a CPU
+# with bf16 units, where a bfloat16 run that fell back to float32 would compare nothing
+PRECISION_POLICY = {"float32": "float32", "bfloat16": "autocast-bfloat16"}
+REL_TOL = 1e-9  # a number a writer derived, recomputed from the file: equal up to rounding
+
+
+class ResultsError(ValueError):
+    """A committed result file that does not match its schema; the message names the file and
+    the field."""
+
+
+Check = Callable[[Any], bool]
+Rule = tuple[Check, str]  # a field's check, and what it allows in words
+
+
+def number_rule(lo: float = -math.inf, hi: float = math.inf) -> Check:
+    return lambda v: (isinstance(v, (int, float)) and not isinstance(v, bool)
+                      and math.isfinite(v) and lo <= v <= hi)
+
+
+def int_rule(lo: int = 0, hi: float = math.inf) -> Check:
+    return lambda v: type(v) is int and lo <= v <= hi
+
+
+def text_rule(v: Any) -> bool:
+    return isinstance(v, str) and bool(v.strip())
+
+
+def scores_rule(v: Any) -> bool:  # adjacency scores of every layer, 0 = embeddings
+    return isinstance(v, list) and len(v) >= 2 and all(number_rule(0.0, 1.0)(x) for x in v)
+
+
+def one_of(options: Sequence[str]) -> Rule:
+    allowed = tuple(options)
+    return (lambda v: isinstance(v, str) and v in allowed, f"one of {list(allowed)}")
+
+
+def or_null(rule: Rule) -> Rule:
+    return (lambda v: v is None or rule[0](v), f"null or {rule[1]}")
+
+
+def list_of(item: Check, words: str, distinct: bool = False, empty: bool = True) -> Rule:
+    def ok(v: Any) -> bool:
+        return (isinstance(v, list) and (empty or bool(v)) and all(item(x) for x in v)
+                and (not distinct or len(set(v)) == len(v)))  # distinct: of plain values
+
+    return ok, words
+
+
+def iso_date(v: Any) -> bool:
+    if not isinstance(v, str):
+        return False
+    try:
+        datetime.fromisoformat(v)
+    except ValueError:
+        return False
+    return True
+
+
+def object_rule(words: str) -> Rule:
+    return (lambda v: isinstance(v, dict), words)
+
+
+SEED_FIELD: Rule = (int_rule(0, MAX_SEED), f"an integer in [0, {MAX_SEED}]")
+STEPS: Rule = (int_rule(1), "an integer >= 1")
+SECONDS: Rule = (number_rule(0.0), "a finite number >= 0")
+SHARE: Rule = (number_rule(0.0, 1.0), "a number in [0, 1]")
+_SCORES: Rule = (scores_rule, "a list of >= 2 scores in [0, 1], one per layer")
+_TASK: Rule = one_of(TASKS)
+SEEDS_FIELD: Rule = list_of(SEED_FIELD[0], f"a non-empty list of distinct seeds in [0, {MAX_SEED}]",
+                        distinct=True, empty=False)
+COMMIT_PATTERN = re.compile(r"[0-9a-f]{40}(\+uncommitted nopelib changes)?|unknown")
+KEY_PATTERN = re.compile(r"[0-9a-f]{32}")  # runs.run_key: 32 hex digits of a SHA-256
+
+PROVENANCE: dict[str, Rule] = {
+    "command": (text_rule, "a non-empty string"),
+    "commit": (lambda v: isinstance(v, str) and bool(COMMIT_PATTERN.fullmatch(v)),
+               "a 40-digit git commit"),
+    "machine": (text_rule, "a non-empty string"),
+    "torch": (text_rule, "a non-empty string"),
+    "wall_seconds": SECONDS,
+    "date": (iso_date, "an ISO 8601 date"),
+}
+EXTRA_PROVENANCE: dict[str, dict[str, Rule]] = {
+    "recipe": {"profile": (text_rule, "a profile name"), "scale": STEPS,
+               "training": object_rule("the profile's fields")},
+    "grid": {"grid": (text_rule, "a grid name"), "backend": one_of(BACKENDS)},
+    "trained": {"profile": (text_rule, "a profile name"),
+                "training": object_rule("the profile's fields")},
+    "long": {"T": (int_rule(16), "an integer >= 16"),
+             "base": object_rule("the base model's GPTConfig fields")},
+    "kernels": {"profile": (text_rule, "a profile name"),
+                "sets": (lambda v: isinstance(v, dict) and bool(v) and all(
+                    isinstance(e, dict) and all(isinstance(x, str) for x in e.values())
+                    for e in v.values()), "kernel set name -> its environment variables")},
+    "early": {"profile": (text_rule, "a profile name"), "window": STEPS, "every": STEPS,
+              "training": object_rule("the study's profile's fields")},
+    "text": {"profile": (text_rule, "a text profile name"),
+             "training": object_rule("the text profile's fields"),
+             "unigram_bpc": (number_rule(0.0), "a finite number >= 0"),
+             "windows": object_rule("an object with n, seed and split")},
+    "precision": {"profile": (text_rule, "a profile name"), "steps": STEPS,
+                  "rule": (text_rule, "the rule's text"),
+                  "verdict": one_of(("no change", "changes")),
+                  "training": object_rule("the profile's fields")},
+}
+# the trained study's bookkeeping: checked once its runs are (a run names its own problem)
+TRAINED_PROVENANCE: dict[str, Rule] = {"runs_from_cache": (int_rule(0), "an integer >= 0")}
+TRAINED_PROVENANCE_OPTIONAL: dict[str, Rule] = {
+    "cpu_capability": (text_rule, "torch's CPU capability"),
+    "tasks": list_of(_TASK[0], f"a non-empty list of distinct tasks of {list(TASKS)}",
+                     distinct=True, empty=False),
+    "seeds": SEEDS_FIELD,
+    "trajectory": object_rule("an object with n_inputs and seed"),
+    "trained_by": object_rule("the provenance of the invocation that trained the runs"),
+}
+RUN: dict[str, Rule] = {
+    "task": _TASK,
+    "seed": SEED_FIELD,
+    "accuracy": SHARE,
+    "n_test": STEPS,
+    "train_seconds": SECONDS,
+}
+EXTRA_RUN: dict[str, dict[str, Rule]] = {
+    "recipe": {"steps": STEPS, "pos_encoding": (text_rule, "a position encoding"),
+               "curve": object_rule("an object with step and accuracy")},
+    "grid": {"n_layer": STEPS, "n_embd": STEPS, "adjacency_before": _SCORES,
+             "adjacency_after": _SCORES},
+    "trained": {"profile": (text_rule, "the profile's name"),
+                "key": (lambda v: isinstance(v, str) and bool(KEY_PATTERN.fullmatch(v)),
+                        "a run key (32 hex digits)"),
+                "steps": STEPS,
+                "decay_from": or_null(STEPS),
+                "learned_from": or_null(STEPS),
+                "tail": (lambda v: number_rule(0.0, 1.0)(v) and v < 1,
+                         "a share of the run's steps in [0, 1)"),
+                "scores_init": _SCORES, "scores_after": _SCORES,
+                "trajectory": object_rule("an object with step, accuracy and scores"),
+                "probes": object_rule("an object with the probes' settings, rows and shuffled")},
+    # one live run of the kernel check (nopelib.tools.kernels) under one kernel set
+    "kernels": {"set": (text_rule, "a kernel set name"),
+                "capability": (text_rule, "torch's CPU capability"),
+                "steps": STEPS,
+                "learned": (lambda v: isinstance(v, bool), "true or false"),
+                "inside": (lambda v: isinstance(v, bool), "true or false"),
+                "outside": list_of(text_rule, "a list of the quantities outside the study's "
+                                   "interval"),
+                "scores_after": _SCORES},
+    # one run of the precision check (nopelib.studies.precision): its first steps in one precision
+    "precision": {"precision": one_of(PRECISIONS), "dtype_policy": one_of(DTYPE_POLICIES),
+                  "steps": STEPS, "step_ms": SECONDS,
+                  "curve": object_rule("an object with step, accuracy, val_accuracy and scores")},
+}
+# fields the trained study's writer added after the first files were committed: a run holds
+# all of them or none, and every run of a file alike
+TRAINED_RUN_LATER: dict[str, Rule] = {
+    "wall_seconds": SECONDS,
+    "resumed_at": list_of(int_rule(1), "a list of steps >= 1"),
+    "dtype_policy": one_of(DTYPE_POLICIES),
+    "matrices": object_rule("an object with text and layers"),
+}
+# a trained run's position probes (trained_study.probe_record) and one of their rows
+PROBES: dict[str, Rule] = {
+    "w": STEPS, "fit_tokens": STEPS, "n_sequences": STEPS,
+    "probe_seeds": SEEDS_FIELD,
+    "rows": (lambda v: isinstance(v, list) and bool(v), "a non-empty list of probe rows"),
+    "shuffled": (lambda v: isinstance(v, list) and bool(v), "a non-empty list of probe rows"),
+}
+PROBE_ROW: dict[str, Rule] = {
+    "layer": (int_rule(0), "a layer >= 0"),
+    "features": one_of(FEATURE_SETS),
+    "seed": SEED_FIELD,
+    "nrmse": (number_rule(0.0), "a finite NRMSE >= 0"),
+    "r": (number_rule(-1.0, 1.0), "a Pearson r in [-1, 1]"),
+}
+# the precision check's table (bf16.gaps), recomputed from the runs
+GAP: dict[str, Rule] = {
+    "task": _TASK, "quantity": (text_rule, "a quantity the rule compares"),
+    "precision_gap": SECONDS, "seed_gap": SECONDS, "n_seeds": (int_rule(2), "an integer >= 2"),
+    "verdict": one_of(("no change", "changes")),
+}
+# a curve's series: one value per curve step
+ACCURACIES: Rule = (number_rule(0.0, 1.0), "an accuracy in [0, 1]")
+LOSSES: Rule = (number_rule(0.0), "a finite loss >= 0")
+
+
+def rows_rule(words: str) -> Rule:
+    return (lambda v: isinstance(v, list) and bool(v), f"a non-empty list of rows {words}")
+
+
+# a long-sequence run (nopelib.studies.long_context.long_run) is no training run: its own fields,
+# each row checked by _check_long_rows
+LONG_RUN: dict[str, Rule] = {
+    "n_embd": STEPS,
+    "seed": SEED_FIELD,
+    "window": or_null(STEPS),
+    "scores": rows_rule("[length, layer, score in [0, 1]]"),
+    "predicted_scores": rows_rule("[length, predicted score in [0, 1]]"),
+    "order": rows_rule("[layer, octave, d, fraction in [0, 1]]"),
+    "predicted_order": rows_rule("[octave, d, probability in [0, 1]]"),
+}
+
+# a run of the early-dynamics study (nopelib.studies.early_study): its first steps, no test split
+EARLY_RUN: dict[str, Rule] = {
+    "task": _TASK,
+    "seed": SEED_FIELD,
+    "frozen": (lambda v: isinstance(v, list) and all(x in PARTS for x in v)
+               and len(set(v)) == len(v), f"a list of distinct parts of {list(PARTS)}"),
+    "steps": STEPS,
+    "train_seconds": SECONDS,
+    "scores_init": _SCORES,
+    "measure_init": (lambda v: isinstance(v, dict) and bool(v)
+                     and all(number_rule()(x) for x in v.values()),
+                     "an object of finite numbers"),
+    "curve": object_rule("an object of lists, one value per curve point"),
+}
+# the curve fields every early run records, besides scores (one list per point)
+EARLY_CURVE = ("step", "accuracy", "lr", "rho", "value_common", "embedding_common", "entropy",
+               "value_axis", "embedding_axis", "score_without_mlp", "predicted")
+EARLY_SHARES = ("accuracy", "value_common", "embedding_common", "value_axis", "embedding_axis",
+                "score_without_mlp", "predicted")  # those of them in [0, 1]
+
+
+def kind_of(path: Path) -> str:
+    """The kind of a result file, from its name (``recipe_*.json`` and so on)."""
+    kind = path.name.split("_", 1)[0]
+    if kind not in KINDS or "_" not in path.name:
+        raise ResultsError(f"{path}: the name must start with one of "
+                           f"{[k + '_' for k in KINDS]}")
+    return kind

@@ -1,0 +1,199 @@
+"""The committed result files under ``book/results``: their provenance, writer and loader.
+
+A study that runs by hand (``nopelib.studies.trained_study``, ``nopelib.studies.recipe``,
+``nopelib.studies.grid``) commits a small JSON file with its provenance; the chapters draw from it.
+A file edited by hand, or broken by a merge, must not turn into a wrong verdict (a NaN accuracy that
+flips "learned", a negative tail that drops a task, a run copied under another seed that counts as
+one more model), nor fail after a chapter's 20 minutes of training with a bare ``KeyError``.
+So every file is read through ``load``: its kind comes from its name (``trained_*``,
+``recipe_*``, ``grid_*``, ``long_*``, ``kernels_*``, ``precision_*``, ``early_*``,
+``text_*``), it is checked against that kind's schema, and any problem raises ResultsError
+naming the file, the field, the value and what is allowed. A schema covers every field a chapter, the scorecard or a
+command reads: types, ranges and finiteness, enumerations (tasks, profiles, position encodings,
+precisions, probe feature sets, backends), lists of one length, layer lists complete over the
+model's layers and alike in every run, each run's identity once (no seed twice, none but the
+profile's seeds, no run copied under another seed number), and the numbers a writer
+derives from others (a run's tail and the step it was learned from, the precision check's gaps)
+equal to what they derive from. A file nested deeper than any schema reaches is refused before
+it is read further. The folder is found from the package, not the working directory, so a
+papermill run from anywhere finds the committed studies. ``check_all`` reads every file; the
+trained chapter calls it when it starts, before any training. A study writes its file through
+``write``, which validates it the same way and commits it atomically, with the ``provenance``
+every study records (command, commit, machine, torch, wall time, date). The schemas are
+``result_schema``'s, the checks every kind shares ``result_checks``', and each kind's own checks
+``result_runs``' (recipe, grid, trained) and ``result_kinds``' (the others).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from nopelib.store import cache
+from nopelib.studies.result_checks import check_depth, check_fields
+from nopelib.studies.result_kinds import (check_early, check_kernels, check_long, check_precision,
+                                          check_text)
+from nopelib.studies.result_runs import check_grid, check_recipe, check_trained
+from nopelib.studies.result_schema import (EXTRA_PROVENANCE, KINDS, MAX_BYTES, MAX_DEPTH,
+                                           PROVENANCE, ResultsError, kind_of)
+
+
+RESULTS_DIR = cache.PACKAGE_DIR.parent / "book" / "results"
+
+
+_KIND_CHECKS: dict[str, Callable[[str, dict], None]] = {
+    "recipe": check_recipe, "grid": check_grid, "trained": check_trained,
+    "long": check_long, "kernels": check_kernels, "precision": check_precision,
+    "early": check_early, "text": check_text,
+}
+
+
+def validate(doc: Any, kind: str, name: str = "result") -> dict:
+    """``doc`` if it is a valid result of ``kind``; raises ResultsError naming ``name`` and
+    the field otherwise."""
+    if kind not in KINDS:
+        raise ValueError(f"kind={kind!r} is unknown; allowed: {KINDS}")
+    check_depth(name, doc)
+    if not isinstance(doc, dict):
+        raise ResultsError(f"{name}: the document must be an object with provenance and runs")
+    check_fields(f"{name}: provenance", doc.get("provenance"),
+                 {**PROVENANCE, **EXTRA_PROVENANCE[kind]})
+    runs = doc.get("runs")
+    if not isinstance(runs, list) or not runs:
+        raise ResultsError(f"{name}: runs must be a non-empty list")
+    _KIND_CHECKS[kind](name, doc)
+    return doc
+
+
+def _check_name(path: Path, doc: dict, kind: str) -> None:
+    """A trained study's file is found by its profile and task (``study.study_path``): its name
+    must be theirs."""
+    if kind == "trained":
+        want = f"trained_{doc['provenance']['profile']}_{doc['runs'][0]['task']}.json"
+        if path.name != want:
+            raise ResultsError(f"{path}: it holds the {doc['provenance']['profile']} profile's "
+                               f"{doc['runs'][0]['task']} runs: its name must be {want}")
+
+
+def _object_of_pairs(pairs: list[tuple[str, Any]]) -> dict:
+    """A JSON object, refusing a key given twice (json keeps the last one silently, and a
+    merge can leave both)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        keys = [k for k, _ in pairs]
+        twice = next(k for k in keys if keys.count(k) > 1)
+        raise ResultsError(f"the key {twice!r} appears twice in one object")
+    return out
+
+
+def load(path: str | Path) -> dict:
+    """The validated document of one committed result file (a name is looked up in
+    RESULTS_DIR)."""
+    path = Path(path)
+    if not path.is_absolute() and not path.exists():
+        path = RESULTS_DIR / path.name
+    kind = kind_of(path)
+    try:
+        doc = json.loads(cache.read_bytes(path, MAX_BYTES), object_pairs_hook=_object_of_pairs)
+    except RecursionError:  # json's parser recurses once per level of nesting
+        raise ResultsError(f"{path}: cannot be read as JSON: nested deeper than Python's "
+                           f"recursion limit ({sys.getrecursionlimit()}); no result field is "
+                           f"nested more than {MAX_DEPTH} levels deep") from None
+    except (OSError, ValueError) as exc:
+        raise ResultsError(f"{path}: cannot be read as JSON: {exc}") from None
+    validate(doc, kind, str(path))
+    _check_name(path, doc, kind)
+    return doc
+
+
+def load_all(kind: str, folder: Path | None = None) -> dict[str, dict]:
+    """Every committed result of ``kind`` (file name -> validated document), by name."""
+    if kind not in KINDS:
+        raise ValueError(f"kind={kind!r} is unknown; allowed: {KINDS}")
+    folder = RESULTS_DIR if folder is None else folder
+    return {p.name: load(p) for p in sorted(folder.glob(f"{kind}_*.json"))}
+
+
+def check_all(folder: Path | None = None) -> list[str]:
+    """Validate every committed JSON result (raises ResultsError on the first bad one); the
+    names of the files read."""
+    folder = RESULTS_DIR if folder is None else folder
+    return [name for kind in KINDS for name in load_all(kind, folder)]
+
+
+def git_commit() -> str:
+    """The commit this package runs at, marked when nopelib has uncommitted changes."""
+    root = cache.PACKAGE_DIR.parent
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "nopelib"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return out + ("+uncommitted nopelib changes" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def provenance(prog: str, argv: list[str] | None, start: float, **extra: Any) -> dict:
+    """Where a hand-run study's numbers come from: the command, the git commit, the machine,
+    the torch version, the wall time since ``start`` (a perf_counter reading), the date, and
+    the study's own fields (``extra``)."""
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none here"
+    return {
+        "command": f"{prog} " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "commit": git_commit(),
+        "machine": f"{platform.node()}: {platform.processor() or platform.machine()}, "
+                   f"{os.cpu_count()} cores, GPU: {gpu}",
+        "torch": torch.__version__,
+        "wall_seconds": round(time.perf_counter() - start, 1),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **extra,
+    }
+
+
+def page_provenance(**page: object) -> dict[str, object]:
+    """What a built page's live numbers depend on: the commit, the build date, the torch and
+    numpy versions, the CPU's kernel capability (float kernels differ between CPUs), the GPU,
+    the threads, and the page's own settings (``page``: its profile, seeds, device)."""
+    return {
+        "commit": git_commit(),
+        "built": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "CPU kernels": torch.backends.cpu.get_cpu_capability(),
+        "GPU": torch.cuda.get_device_name() if torch.cuda.is_available() else "none",
+        "torch threads": torch.get_num_threads(),
+        **page,
+    }
+
+
+def dumps(doc: object, indent: str = "") -> str:
+    """JSON with one key per line and every list of plain values (a score row, a trajectory
+    column, a ``[length, layer, score]`` triple) on a line of its own: readable in a diff, and
+    under half the size of ``json.dumps(indent=1)`` for the long study's score triples."""
+    inner = indent + " "
+    if isinstance(doc, dict) and doc:
+        items = (f"{inner}{json.dumps(str(k))}: {dumps(v, inner)}" for k, v in doc.items())
+        return "{\n" + ",\n".join(items) + f"\n{indent}}}"
+    if isinstance(doc, list) and any(isinstance(v, (dict, list)) for v in doc):
+        return "[\n" + ",\n".join(inner + dumps(v, inner) for v in doc) + f"\n{indent}]"
+    return json.dumps(doc)
+
+
+def write(path: Path, doc: dict, kind: str) -> None:
+    """Validate a study's document as a result of ``kind``, then write it atomically (the
+    chapters find a committed file by its name: ``<kind>_*.json``)."""
+    validate(doc, kind, str(path))
+    _check_name(path, doc, kind)
+    cache.commit_file(path, (dumps(doc) + "\n").encode())

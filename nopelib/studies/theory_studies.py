@@ -1,0 +1,453 @@
+"""The studies that test the averaging theory on random NoPE models.
+
+The studies that test the averaging theory on models: random NoPE models beside the closed
+forms of ``nopelib.averaging.theory``.
+
+Every function here builds or runs a GPT, or sets a study's measurements beside a prediction:
+block 1's pieces read from the hook points (``block1_activations``), the value scale
+(``measure_value_scale``), the sigma sweep and the threshold study of the averaging chapter,
+and the closed-form predictions on the very inputs ``analysis`` scores (the depth-and-width
+grid and the length study of the random-initialisation chapter). The chapters call these in
+one line each, so their cells show the argument and not the bookkeeping.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import torch
+
+from nopelib.averaging.theory import (coincidence_counts, embedding_ratio, gram_cosine,
+                                      layer0_expected_score, predict_layer1_score, residual_gram,
+                                      sigma_at_level)
+from nopelib.averaging.theory_config import closed_form_ratio, predict_config_score
+from nopelib.core.metrics import (adjacency_row_scores, adjacency_score, cosine_similarity_matrix,
+                                  length_groups)
+from nopelib.core.model import GPT, GPTConfig
+from nopelib.core.params import Choice, Float, Int, ListOf
+from nopelib.core.stats import normal_interval, pooled_sd, seed_interval
+from nopelib.core.tasks import TASKS, encode, encode_inputs
+from nopelib.studies.analysis import length_tokens, random_model, study_texts
+
+# ---------------------------------------------------------------------------------------------
+# block 1 of a random model, read from its hook points
+
+
+@torch.no_grad()
+def measure_value_scale(model: GPT, idx: torch.Tensor) -> float:
+    """RMS norm of one projected value vector of block 1, from its attention output.
+
+    Under uniform attention |a_k|^2 = s^2 n_kk / k^2 (repeats counted), so s^2 is estimated as
+    the mean of |a_k|^2 k^2 / n_kk over the batch idx [B, T] (no padding) and all positions.
+    Position 1 alone would be exact (it attends only to itself) but sees only the first token.
+    """
+    name = "blocks.0.hook_attn_out"
+    _, cache = model.run_with_cache(idx, [name], attn_impl="fused", stop_at_layer=1)
+    a = cache[name].double()  # [B, T, d]
+    k2 = torch.arange(1, idx.shape[1] + 1, dtype=torch.float64) ** 2  # [T]
+    n_kk = torch.stack([torch.tensor(np.diag(coincidence_counts(row.tolist()))) for row in idx])
+    return float(((a.pow(2).sum(-1) * k2 / n_kk).mean()).sqrt())  # n_kk: [B, T]
+
+
+@torch.no_grad()
+def block1_activations(model: GPT, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Run only block 1 of a NoPE model on idx [B, T] (no padding) and return its pieces.
+
+    {"embedding": e [B, T, d], "attn_out": a [B, T, d] (c_proj's output, before the residual
+    add), "hidden": h1 [B, T, d] (the residual stream after block 1, MLP included), "weights":
+    [B, H, T, T] attention probabilities}. Skipping blocks 2..L makes a sweep over many models
+    affordable.
+    """
+    if model.config.pos_encoding != "none":
+        raise ValueError(f"pos_encoding={model.config.pos_encoding!r}: block1_activations "
+                         "models NoPE only ('none')")
+    names = {"embedding": "blocks.0.hook_resid_pre", "attn_out": "blocks.0.hook_attn_out",
+             "hidden": "blocks.0.hook_resid_post", "weights": "blocks.0.attn.hook_pattern"}
+    _, cache = model.run_with_cache(idx, list(names.values()), stop_at_layer=1)
+    return {key: cache[name] for key, name in names.items()}
+
+
+def block1_scores(model: GPT, texts: Sequence[str]) -> np.ndarray:
+    """Layer-1 adjacency score of each text for h = e + a (the model of
+    ``nopelib.averaging.theory``: block 1 without its MLP) and for the real h1: [len(texts), 2].
+    Texts are batched by length."""
+    out = np.empty((len(texts), 2))
+    for members in length_groups(texts).values():
+        idx, _ = encode_inputs([texts[n] for n in members])
+        act = block1_activations(model, idx)
+        states = torch.stack([act["embedding"] + act["attn_out"], act["hidden"]])  # [2, B, T, d]
+        out[members] = adjacency_score(cosine_similarity_matrix(states)).T
+    return out
+
+
+def sigma_sweep(sigmas: Sequence[float], n_seeds: int, texts: Sequence[str],
+                long_texts: Sequence[str]) -> dict[str, np.ndarray]:
+    """Block 1 of random NoPE base models (seeds 0..n_seeds-1) at every embedding std in sigmas.
+
+    Returns {"scores": [σ, seed, 2] layer-1 scores of e + a and of h1, mean over ``texts``;
+    "rows": [σ, T-2] row scores k = 2..T-1 of h1 on ``long_texts`` (all of one length T), mean
+    over texts and seeds; "cosine": [σ, T, T] the h1 cosine matrix of the first long text,
+    seed 0}: every measurement the chapter sets beside its prediction.
+    """
+    idx, _ = encode_inputs(list(long_texts))  # [n_long, T]
+    T = idx.shape[1]
+    scores = np.empty((len(sigmas), n_seeds, 2))
+    rows = np.empty((len(sigmas), T - 2))
+    cosine = np.empty((len(sigmas), T, T))
+    for n, sigma in enumerate(sigmas):
+        row_scores = []
+        for seed in range(n_seeds):
+            model = random_model(seed=seed, init_std=float(sigma))
+            scores[n, seed] = block1_scores(model, texts).mean(0)
+            C = cosine_similarity_matrix(block1_activations(model, idx)["hidden"])  # [n, T, T]
+            row_scores.append(adjacency_row_scores(C)[:, 2:])  # rows 0, 1 have no pair
+            if seed == 0:
+                cosine[n] = C[0].numpy()
+        rows[n] = np.concatenate(row_scores).mean(axis=0)
+    return {"scores": scores, "rows": rows, "cosine": cosine}
+
+
+def block1_three_scores(model: GPT, texts: Sequence[str]) -> np.ndarray:
+    """Layer-1 scores of e, e + a and h1 for each text: [len(texts), 3].
+
+    One right-padded batch serves every length: with causal attention a text's positions never
+    see the padding after them (``metrics.layer_scores`` relies on the same fact); only float
+    rounding differs from a batch per length, which can flip a near-tie of repeated tokens.
+    """
+    out = np.empty((len(texts), 3))
+    idx, _ = encode_inputs(list(texts))  # [B, T_max], right-padded
+    act = block1_activations(model, idx)
+    e = act["embedding"]  # [B, T_max, d]
+    states = torch.stack([e, e + act["attn_out"], act["hidden"]])  # [3, B, T_max, d]
+    for T, members in length_groups(texts).items():
+        C = cosine_similarity_matrix(states[:, members, :T])  # [3, b, T, T]
+        out[members] = adjacency_score(C).T
+    return out
+
+
+def unit_embedding(model: GPT) -> torch.Tensor:
+    """The token embedding divided by its init std: the N(0, 1) draw that ``random_model``
+    scales by ``init_std`` (drawn last when the model initialises), so the same seed at another
+    sigma is this table times sigma."""
+    return model.transformer.wte.weight.detach().clone() / model.config.init_std
+
+
+@torch.no_grad()
+def threshold_study(archs: Sequence[tuple[int, int]], texts: Mapping[str, Sequence[str]],
+                    sigmas: Sequence[float], n_seeds: int,
+                    long_texts: Sequence[str]) -> dict[str, object]:
+    """Layer-1 scores of random NoPE models of several architectures over a sigma grid.
+
+    ``archs`` holds (n_layer, n_embd); ``texts`` maps each task to its inputs. Each seed's model
+    is built once and its token embedding rescaled to every sigma (the same draw times sigma,
+    which is what ``random_model(init_std=sigma)`` gives for that seed). Block 1 is all that
+    is run: depth enters it only through c_proj's init std 0.02/sqrt(2 n_layer).
+
+    Returns {"scores": DataFrame with one row per (n_layer, n_embd, task, seed, sigma) and the
+    mean scores of e alone ("e"), of e + a ("ea") and of the real h1 ("h1") over the task's
+    texts; "s_inf":
+    DataFrame (n_layer, n_embd, s_inf), the value scale of seed 0 measured on ``long_texts``
+    (all of one length) at sigma = 0.2, as the chapter measures it for the default model}.
+    """
+    if not isinstance(n_seeds, (int, np.integer)) or n_seeds < 1:
+        raise ValueError(f"n_seeds={n_seeds!r} must be a positive integer")
+    long_idx, _ = encode_inputs(list(long_texts))  # [n_long, T]
+    all_texts = [text for task_texts in texts.values() for text in task_texts]
+    owner, start = {}, 0  # task -> indices of its texts in all_texts
+    for task, task_texts in texts.items():
+        owner[task] = list(range(start, start + len(task_texts)))
+        start += len(task_texts)
+    rows, scales = [], []
+    for n_layer, n_embd in archs:
+        for seed in range(n_seeds):
+            model = random_model(seed=seed, n_layer=n_layer, n_embd=n_embd)
+            unit = unit_embedding(model)  # [vocab, d]
+            if seed == 0:
+                model.transformer.wte.weight.copy_(unit * 0.2)
+                scales.append((n_layer, n_embd, measure_value_scale(model, long_idx)))
+            for sigma in sigmas:
+                model.transformer.wte.weight.copy_(unit * float(sigma))
+                scores = block1_three_scores(model, all_texts)  # [texts, 3]
+                for task, members in owner.items():
+                    e, ea, h1 = scores[members].mean(0)
+                    rows.append((n_layer, n_embd, task, seed, float(sigma), e, ea, h1))
+    columns = ["n_layer", "n_embd", "task", "seed", "sigma", "e", "ea", "h1"]
+    return {"scores": pd.DataFrame(rows, columns=columns),
+            "s_inf": pd.DataFrame(scales, columns=["n_layer", "n_embd", "s_inf"])}
+
+
+# ---------------------------------------------------------------------------------------------
+# the averaging chapter: its checks on block 1, the threshold study, the large-sigma excess
+
+
+def attention_entropy(acts: Sequence[Mapping[str, torch.Tensor]]) -> np.ndarray:
+    """Entropy (nats) of block 1's attention at each query position k, mean over models,
+    inputs and heads: [T]. ``acts`` holds one ``block1_activations`` result per model, each
+    with "weights" [B, H, T, T]; uniform attention over k keys has the maximum, log k."""
+    p = torch.stack([a["weights"] for a in acts])  # [models, B, H, T, T]
+    entropy = -(p * p.clamp_min(1e-30).log()).sum(-1)  # [models, B, H, T]
+    return entropy.mean(dim=(0, 1, 2)).numpy()
+
+
+def h1_against_theory(sigma: float, length: int, idx: torch.Tensor, tokens: Sequence[int],
+                      s_inf: float) -> tuple[np.ndarray, np.ndarray]:
+    """The h1 cosine matrix of a random base model (seed 0) with embedding std ``sigma``, on
+    the first ``length`` positions of the input idx [1, T], beside the expected cosine of
+    h = e + a for its ``tokens``: ([length, length], [length, length])."""
+    model = random_model(seed=0, init_std=sigma)
+    h1 = block1_activations(model, idx[:1, :length])["hidden"][0]  # [length, d]
+    rho = float(embedding_ratio(sigma, s_inf, model.config.n_embd))
+    expected = gram_cosine(residual_gram(list(tokens)[:length], rho))
+    return cosine_similarity_matrix(h1).numpy(), expected
+
+
+def threshold_crossings(study: Mapping[str, pd.DataFrame], texts: Mapping[str, Sequence[str]],
+                        sigmas: Sequence[float], level: float) -> pd.DataFrame:
+    """Where each (architecture, task) cell of ``threshold_study`` crosses the score ``level``.
+
+    ``study`` is the study's result, ``texts`` and ``sigmas`` its arguments. One row per cell:
+    "arch" ("6x384"), "task", "pred" (the sigma at which ``predict_layer1_score``, with the
+    cell's measured s_inf, crosses ``level``), and "log_ea", "log_h1": arrays [seeds] of the
+    log sigma at which each seed's e + a and h1 curves cross it (``sigma_at_level`` on the same
+    grid, so prediction and measurement share the grid's interpolation).
+    """
+    s_arch = {(r.n_layer, r.n_embd): r.s_inf for r in study["s_inf"].itertuples()}
+    cells = []
+    for (n_layer, n_embd, name), g in study["scores"].groupby(["n_layer", "n_embd", "task"]):
+        toks = [encode(t) for t in texts[name]]
+        pred_curve = [predict_layer1_score(toks, s, s_arch[n_layer, n_embd], n_embd)
+                      for s in sigmas]
+        row = {"arch": f"{n_layer}x{n_embd}", "task": name,
+               "pred": sigma_at_level(sigmas, pred_curve, level)}
+        for col in ("ea", "h1"):
+            per_seed = [sigma_at_level(sigmas, s.sort_values("sigma")[col], level)
+                        for _, s in g.groupby("seed")]
+            row[f"log_{col}"] = np.log(per_seed)
+        cells.append(row)
+    return pd.DataFrame(cells)
+
+
+def crossing_tests(table: pd.DataFrame, n_se: float = 3) -> pd.DataFrame:
+    """The threshold test of each cell of ``threshold_crossings``, for e + a and for h1.
+
+    The seeds' log crossings give a pooled sd over all cells (``stats.pooled_sd``); a cell
+    passes when the log of predicted over measured crossing lies within ``n_se`` standard
+    errors of the mean, pooled sd / sqrt(seeds). Adds, for col in ea, h1: "<col>_meas" (the
+    geometric mean crossing over seeds), "<col>_tol", "<col>_dev" (log(pred / meas)) and
+    "<col>_ok"; returns a new frame.
+    """
+    table = table.copy()
+    for col in ("ea", "h1"):
+        logs = np.stack(table[f"log_{col}"])  # [cells, seeds]
+        table[f"{col}_meas"] = np.exp(logs.mean(axis=1))
+        table[f"{col}_tol"] = n_se * pooled_sd(logs) / math.sqrt(logs.shape[1])
+        table[f"{col}_dev"] = np.log(table["pred"] / table[f"{col}_meas"])
+        table[f"{col}_ok"] = table[f"{col}_dev"].abs() < table[f"{col}_tol"]
+    return table
+
+
+def excess_table(scores: pd.DataFrame, token_seqs: Sequence[Sequence[int]], s_inf: float,
+                 d: int, z: float = 1.96) -> pd.DataFrame:
+    """The large-sigma study against its expectations, one row per sigma.
+
+    ``scores`` is ``threshold_study(...)["scores"]`` of one architecture and task (one row per
+    seed and sigma). Columns: "sigma", "predicted" (``predict_layer1_score`` of e + a),
+    "layer-0 exact" (``layer0_expected_score`` of the embedding alone, mean over
+    ``token_seqs``), and for each of e, ea, h1 its "mean", "lo", "hi" (the normal interval
+    mean ± z SE over seeds, ``stats.normal_interval``) and "sd".
+    """
+    exact0 = np.mean([layer0_expected_score(t) for t in token_seqs])
+    rows = []
+    for s, g in scores.groupby("sigma"):
+        row = {"sigma": s, "predicted": predict_layer1_score(token_seqs, s, s_inf, d),
+               "layer-0 exact": exact0}
+        for col in ("e", "ea", "h1"):
+            m, lo, hi, sd = normal_interval(g[col], z)
+            row.update({f"{col} mean": m, f"{col} lo": lo, f"{col} hi": hi, f"{col} sd": sd})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# the random-initialisation chapter: closed-form predictions beside the studies of ``analysis``
+
+
+def predicted_config_scores(overrides: Sequence[dict[str, object]], seeds: Sequence[int],
+                            inputs_per_task: int, base: GPTConfig | None = None
+                            ) -> pd.DataFrame:
+    """``predict_config_score`` on the very inputs ``analysis.config_scores`` scores: one row
+    per configuration and seed, columns the override keys, ``seed``, ``predicted``."""
+    base = base or GPTConfig()
+    rows = []
+    for fields in overrides:
+        config = replace(base, **fields)
+        for seed in seeds:
+            seqs = [encode(t) for t in study_texts(inputs_per_task, seed)]
+            rows.append(dict(fields, seed=seed, predicted=predict_config_score(config, seqs)))
+    return pd.DataFrame(rows)
+
+
+def prediction_table(scores: pd.DataFrame, predicted: pd.DataFrame, level: float,
+                     base: GPTConfig | None = None) -> pd.DataFrame:
+    """Layer-1 measurement against prediction, one row per (n_layer, n_embd) configuration.
+
+    ``scores`` is ``analysis.config_scores`` of a depth-and-width grid, ``predicted``
+    ``predicted_config_scores`` of the same grid and seeds. Columns: "config" ("6 × 384"),
+    "rho" (``closed_form_ratio``), "predicted" (mean over seeds), "measured" (mean over
+    seeds), "sd" (of the measured scores), "residual" (mean of measured minus predicted per
+    seed), "tol_mean" and "tolerance" (``stats.seed_interval``'s half-widths at ``level``: for
+    the mean residual, and for one new seed's), "min_deep" (the lowest mean score of a layer
+    >= 1).
+    """
+    base = base or GPTConfig()
+    l1 = scores[scores.layer == 1].merge(predicted, on=["n_layer", "n_embd", "seed"])
+    l1["residual"] = l1.score - l1.predicted  # per seed
+    rows = []
+    for (L, W), f in l1.groupby(["n_layer", "n_embd"]):
+        measured, _, _ = seed_interval(f.score, level)
+        residual, tol_mean, tol_one = seed_interval(f.residual, level)
+        deep = scores[(scores.n_layer == L) & (scores.n_embd == W) & (scores.layer >= 1)]
+        rows.append(dict(config=f"{L} × {W}",
+                         rho=closed_form_ratio(replace(base, n_layer=L, n_embd=W)),
+                         predicted=f.predicted.mean(), measured=measured,
+                         sd=f.score.std(ddof=1), residual=residual, tol_mean=tol_mean,
+                         tolerance=tol_one,
+                         min_deep=deep.groupby("layer").score.mean().min()))
+    return pd.DataFrame(rows)
+
+
+def config_listing(rows: pd.DataFrame) -> str:
+    """The configurations of ``prediction_table`` rows as text: "6 × 384 (measured 0.912,
+    predicted 0.934); ...", or "none"."""
+    return "; ".join(f"{r.config} (measured {r.measured:.3f}, "
+                     f"predicted {r.predicted:.3f})"
+                     for r in rows.itertuples()) or "none"
+
+
+def length_predictions(sources: Mapping[str, int | None], lengths: Sequence[int],
+                       seeds: Sequence[int], n_seqs: int, base: GPTConfig,
+                       max_triples: int = 20_000) -> pd.DataFrame:
+    """``predict_config_score`` of layer 1 on the sequences ``analysis.length_scores`` scores.
+
+    ``sources`` maps a kind of sequence to its ``vocab_size`` (None: the task alphabet); for
+    each kind, seed s and sequence n the tokens are ``length_tokens(max(lengths),
+    s * n_seqs + n, vocab_size)``, predicted at each prefix length (estimated from
+    ``max_triples`` sampled comparisons where a prefix has more). Columns "source", "seed",
+    "seq", "length", "predicted".
+    """
+    rows = []
+    for name, vocab in sources.items():
+        for seed in seeds:
+            for n in range(n_seqs):
+                tokens = length_tokens(max(lengths), seed * n_seqs + n, vocab)
+                rows += [dict(source=name, seed=seed, seq=n, length=T,
+                              predicted=predict_config_score(base, [tokens[:T]],
+                                                             max_triples=max_triples))
+                         for T in lengths]
+    return pd.DataFrame(rows)
+
+
+def length_series(runs: Mapping[str, pd.DataFrame], predicted: pd.DataFrame,
+                  layers: Sequence[int]
+                  ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict[str, np.ndarray]]:
+    """What ``viz.length_study`` draws: ({"<kind>, layer <l>": (mean, std) over sequences
+    against length}, {"<kind>, layer 1 predicted": mean prediction against length}).
+    ``runs`` maps each kind to its ``analysis.length_scores`` frame, ``predicted`` is
+    ``length_predictions``."""
+    measured, pred_lines = {}, {}
+    for name, frame in runs.items():
+        for layer in layers:
+            per_len = frame[frame.layer == layer].groupby("length").score
+            measured[f"{name}, layer {layer}"] = (per_len.mean().to_numpy(),
+                                                  per_len.std().to_numpy())
+        by_length = predicted[predicted.source == name].groupby("length").predicted
+        pred_lines[f"{name}, layer 1 predicted"] = by_length.mean().to_numpy()
+    return measured, pred_lines
+
+
+def length_residuals(runs: Mapping[str, pd.DataFrame], predicted: pd.DataFrame
+                     ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Layer-1 measurement beside prediction in the length study.
+
+    Returns (one row per kind, seed, sequence and length with "score", "predicted" and
+    "residual" = score - predicted; the mean over sequences per kind and length: "measured",
+    "sd", "predicted", "residual")."""
+    both = pd.concat([f.assign(source=name) for name, f in runs.items()])
+    both = both[both.layer == 1].merge(predicted, on=["source", "seed", "seq", "length"])
+    both["residual"] = both.score - both.predicted
+    summary = both.groupby(["source", "length"]).agg(
+        measured=("score", "mean"), sd=("score", "std"), predicted=("predicted", "mean"),
+        residual=("residual", "mean"))
+    return both, summary
+
+
+def length_falls(both: pd.DataFrame, short: int, long: int, level: float) -> pd.DataFrame:
+    """How far layer 1 falls from length ``short`` to ``long``, per kind of sequence.
+
+    ``both`` is the first frame of ``length_residuals``. One row per kind (indexed by it, in
+    the order of ``both``): "fall" and "half", the mean fall over sequences and the half-width
+    of its interval at ``level`` (``stats.seed_interval``: Student t over sequences);
+    "predicted" and "predicted_min", the mean and the smallest predicted fall.
+    """
+    rows = {}
+    for name in dict.fromkeys(both.source):
+        per_seq = both[both.source == name].pivot_table(index=["seed", "seq"],
+                                                        columns="length",
+                                                        values=["score", "predicted"])
+        fall = per_seq["score"][short] - per_seq["score"][long]  # per sequence
+        mean_fall, half, _ = seed_interval(fall, level)
+        pred_fall = per_seq["predicted"][short] - per_seq["predicted"][long]
+        rows[name] = dict(fall=mean_fall, half=half, predicted=float(pred_fall.mean()),
+                          predicted_min=float(pred_fall.min()))
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+# The averaging chapter's parameters and their rules (its ``parameters`` cell: edit the two
+# together). Upper bounds are rough costs on the 2-core development machine, far
+# above the defaults; the reason is in each message.
+CHAPTER_PARAMS = {
+    "task": Choice(TASKS),
+    "n_texts": Int(min=1, max=2048, why="each input is scored by the 52 models of the sweep "
+                   "and the large-sigma study: ~0.5 s per input, ~17 min at 2048"),
+    "n_long": Int(min=1, max=1024, why="each input runs through block 1 of the 20 sweep "
+                  "models and enters all n_null replicates: ~0.5 s per input, ~9 min at 1024"),
+    "n_models": Int(min=1, max=1024, why="each model is built and enters all n_null "
+                    "replicates (~1 ms each): ~0.6 s per model, ~10 min at 1024"),
+    "sweep_seeds": Int(min=1, max=128, why="each seed builds one model per sigma of the sweep "
+                       "(10 at the defaults, ~0.8 s each): ~8 s per seed, ~17 min at 128"),
+    "n_grid": Int(min=2, max=500, why="each sigma builds sweep_seeds models (~0.8 s each) "
+                  "and adds a frame to two sliders: ~1.6 s per sigma, ~13 min at 500"),
+    "mc_draws": Int(min=2, max=100_000, why="the Monte Carlo holds 3 arrays of mc_draws x 22 x "
+                    "mc_dim float64: 3.4 GB at 100,000 draws of width 64"),
+    "mc_dim": Int(min=1, max=4096, why="4.3 GB at width 4096 and 2,000 draws").where(
+        lambda dim, p: dim * p["mc_draws"] <= 2**23,
+        "mc_draws x mc_dim <= 8,388,608 (the Monte Carlo's 3 arrays of mc_draws x 22 x mc_dim "
+        "float64: 4.4 GB)"),
+    "level": Float(min=0.5, max=1.0, open=True),
+    "n_null": Int(min=20, max=100_000, why="~3 ms per replicate at the defaults: ~6 min at "
+                  "100,000"),
+    "archs": ListOf(ListOf(Int(min=1), min_len=2, max_len=2), max_len=16,
+                    why="each architecture builds thr_seeds models and scores them at every "
+                        "threshold sigma: ~5 s each at the defaults, ~1.5 min at 16").where(
+        lambda v, p: all(len(a) == 2 and a[1] % 6 == 0 for a in v),
+        "pairs [n_layer, n_embd] with n_embd divisible by the 6 heads").where(
+        lambda v, p: all(a[0] <= 96 and 12 * a[0] * a[1] ** 2 <= 1.2e9 for a in v),
+        "n_layer <= 96 and at most 1.2 G parameters per model (12 x n_layer x n_embd^2: 4.8 GB "
+        "of float32 weights, built whole for every seed)"),
+    "thr_seeds": Int(min=2, max=256, why="each seed builds every architecture (~1.5 s each at "
+                     "the defaults): ~5 s per seed, ~20 min at 256"),
+    "thr_texts": Int(min=1, max=512, why="each adds one input per task to 3 architectures x "
+                     "thr_seeds x thr_grid scorings (~10 ms each): ~2 s, ~17 min at 512"),
+    "thr_grid": Int(min=3, max=200, why="each sigma scores 4 x thr_texts inputs with every "
+                    "architecture and seed: ~3 s per sigma, ~10 min at 200"),
+    "excess_seeds": Int(min=2, max=1024, why="each seed builds one base model and scores "
+                        "n_texts inputs at every excess sigma: ~0.6 s per seed, ~10 min at "
+                        "1024"),
+    "excess_sigmas": ListOf(Float(min=0.1), unique=True, max_len=64,
+                            why="each sigma scores n_texts inputs with excess_seeds models: "
+                                "~4 s per sigma, ~4 min at 64"),
+}

@@ -1,0 +1,1 @@
+"""Measuring the code itself: the benchmark and the CPU-kernel check."""

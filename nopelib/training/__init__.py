@@ -1,0 +1,1 @@
+"""How runs train: profiles, the loop, the run cache, the launchers and the time gate."""
