@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from nopelib.core import stats
-from nopelib.rules import claims
+from nopelib.rules import beyond_claims, claims, init_claims
 
 
 def test_t_interval_matches_the_textbook():
@@ -203,7 +203,7 @@ def test_probe_claims_average_probe_seeds_per_model():
                 rows.append(dict(task="reversal", layer=layer, model_seed=model,
                                  seed=probe_seed, d_nrmse=d + 0.01 * model,
                                  d_r=-d + 0.01 * probe_seed))
-    out = claims.probe_claims(pd.DataFrame(rows), model="model_seed", group="task")
+    out = init_claims.probe_claims(pd.DataFrame(rows), model="model_seed", group="task")
     assert list(out.index.get_level_values("layer")) == [1, 2]  # layer 0 is a control
     assert (out["n"] == 3).all()
     assert out.loc[("reversal", 1), "verdict"] == "cosine"
@@ -212,7 +212,7 @@ def test_probe_claims_average_probe_seeds_per_model():
     assert out["m"].iloc[0] == 4 and out["holds_level"].iloc[0] == pytest.approx(0.95)
     assert out["fails_level"].iloc[0] == pytest.approx(1 - 0.05 / 4)
     with pytest.raises(ValueError, match="no paired"):
-        claims.probe_claims(pd.DataFrame(rows), model="model_seed", layers=[7])
+        init_claims.probe_claims(pd.DataFrame(rows), model="model_seed", layers=[7])
 
 
 def _init_frames(rng, layer1=0.95, lift_at_large=0.02, mean_shift=0.0, seeds=5):
@@ -236,13 +236,13 @@ def _init_frames(rng, layer1=0.95, lift_at_large=0.02, mean_shift=0.0, seeds=5):
 
 def test_init_claims_hold_on_the_paper_shape_and_fail_against_it():
     rng = np.random.default_rng(0)
-    tests = claims.init_claims(*_init_frames(rng))
+    tests = init_claims.init_claims(*_init_frames(rng))
     table = claims.claim_table(tests, by="group")
-    assert set(table.claim) == {c for c, _ in claims.INIT_CLAIMS}
+    assert set(table.claim) == {c for c, _ in init_claims.INIT_CLAIMS}
     assert (table.verdict == "holds").all(), table
     assert claims.overall(table.verdict) == "replicates"
     # no pattern at layer 1; sigma 0.2 keeps one; the mean moves the score by 0.2
-    bad = claims.claim_table(claims.init_claims(
+    bad = claims.claim_table(init_claims.init_claims(
         *_init_frames(rng, layer1=0.6, lift_at_large=0.4, mean_shift=0.2)), by="group")
     verdict = bad.groupby("claim").verdict.apply(claims.overall)
     assert verdict["1: layer 1 jumps to 0.8-1.0"] == "fails"
@@ -254,11 +254,11 @@ def test_init_claims_hold_on_the_paper_shape_and_fail_against_it():
 def test_init_claims_cannot_tell_from_two_noisy_seeds_and_need_both_sigmas():
     rng = np.random.default_rng(1)
     base, init, grid = _init_frames(rng, layer1=0.8, seeds=2)  # at the bound, noise 0.002
-    table = claims.claim_table(claims.init_claims(base, init, grid), by="group")
+    table = claims.claim_table(init_claims.init_claims(base, init, grid), by="group")
     row = table[table.claim == "1: layer 1 jumps to 0.8-1.0"].iloc[0]
     assert row.verdict == "cannot tell" and row.n == 2
     with pytest.raises(ValueError, match="sigma >= 0.2"):
-        claims.init_claims(base, init[init.init_std < 0.2], grid)
+        init_claims.init_claims(base, init[init.init_std < 0.2], grid)
 
 
 def test_overall_verdicts():
@@ -278,9 +278,9 @@ def test_long_claims_read_the_longest_length_and_the_farthest_distance():
                                measured=(0.95 if w else 0.5) + 0.001 * s)
                           for w in (0, 64) for s in seeds for i in layers
                           for a in (32, 64) for d in (2, a // 2)])
-    tests = claims.long_claims(scores, order)
+    tests = beyond_claims.long_claims(scores, order)
     table = claims.claim_table(tests, by="group").set_index(["claim", "group"])
-    verdict = table.verdict.unstack("group").loc[[c for c, _ in claims.LONG_CLAIMS]]
+    verdict = table.verdict.unstack("group").loc[[c for c, _ in beyond_claims.LONG_CLAIMS]]
     # the criticism is judged on global attention only, the window as its contrast
     assert list(verdict["384 wide"].iloc[:3]) == ["fails", "fails", "holds"]
     assert list(verdict["384 wide, window 64"]) == ["holds", "holds", np.nan, "holds"]
@@ -294,22 +294,22 @@ def test_resolution_agreement_scores_informative_cells_only():
                             predicted=[5.0, np.nan, 3.0, np.nan, np.nan, np.nan]))
     # both unresolved, or predicted unresolved against an interval open at the top: nothing
     # is said either way; a finite interval against "unresolved" is a disagreement
-    assert list(claims.resolution_agreement(res)) == [
+    assert list(beyond_claims.resolution_agreement(res)) == [
         "agrees", "uninformative", "disagrees", "uninformative", "disagrees"]
 
 
 def test_window_min_reads_only_the_first_steps():
     steps, scores = [0, 10, 500, 1000, 1010], [0.84, 0.8, 0.7, 0.65, 0.1]
-    assert claims.window_min(steps, scores) == 0.65  # step 1,010 lies outside
-    assert claims.window_min(steps, scores, until=10) == 0.8
-    assert np.isnan(claims.window_min([2000], [0.1]))
+    assert beyond_claims.window_min(steps, scores) == 0.65  # step 1,010 lies outside
+    assert beyond_claims.window_min(steps, scores, until=10) == 0.8
+    assert np.isnan(beyond_claims.window_min([2000], [0.1]))
     with pytest.raises(ValueError, match="differ in shape"):
-        claims.window_min([0, 10], [0.5])
+        beyond_claims.window_min([0, 10], [0.5])
 
 
 def test_first_below_is_the_first_step_under_the_level():
-    assert claims.first_below([0, 10, 20, 30], [0.84, 0.75, 0.69, 0.9]) == 20
-    assert claims.first_below([0, 10], [0.84, 0.75]) is None
+    assert beyond_claims.first_below([0, 10, 20, 30], [0.84, 0.75, 0.69, 0.9]) == 20
+    assert beyond_claims.first_below([0, 10], [0.84, 0.75]) is None
 
 
 @pytest.mark.parametrize("base, ablated, verdict", [
@@ -325,28 +325,28 @@ def test_first_below_is_the_first_step_under_the_level():
     ({0: 0.4, 1: 0.5, 2: float("nan")}, {0: 0.82, 1: 0.85, 2: 0.8}, "cannot tell"),
 ])
 def test_collapse_cause_rule(base, ablated, verdict):
-    assert claims.collapse_cause(base, ablated) == verdict
-    assert verdict in claims.CAUSE_VERDICTS
+    assert beyond_claims.collapse_cause(base, ablated) == verdict
+    assert verdict in beyond_claims.CAUSE_VERDICTS
 
 
 def test_largest_gap_names_its_step():
-    assert claims.largest_gap([0, 10, 20], [0.8, 0.7, 0.6], [0.8, 0.5, 0.55]) == \
+    assert beyond_claims.largest_gap([0, 10, 20], [0.8, 0.7, 0.6], [0.8, 0.5, 0.55]) == \
         pytest.approx((0.2, 10))
     with pytest.raises(ValueError, match="one predicted and one measured"):
-        claims.largest_gap([0, 10], [0.8], [0.8])
+        beyond_claims.largest_gap([0, 10], [0.8], [0.8])
 
 
 # ---------------------------------------------------------------------------------------------
-# the text readings (claims.text_claims), on constructed data
+# the text readings (beyond_claims.text_claims), on constructed data
 
 
 def _text_frames(trained_l1: float, beyond_l1: float, last: float, nope_bpc: float,
                  seeds=(0, 1, 2), layers: int = 4):
     rng = np.random.default_rng(0)
     rows = []
-    for enc in claims.TEXT_ENCODINGS:
+    for enc in beyond_claims.TEXT_ENCODINGS:
         for seed in seeds:
-            for n in claims.TEXT_LENGTHS:
+            for n in beyond_claims.TEXT_LENGTHS:
                 for layer in range(layers + 1):
                     init = 0.5 if layer == 0 else 0.9
                     if layer == 0:
@@ -354,14 +354,14 @@ def _text_frames(trained_l1: float, beyond_l1: float, last: float, nope_bpc: flo
                     elif layer == layers:
                         after = last
                     else:
-                        after = trained_l1 if n <= claims.TEXT_CONTEXT else beyond_l1
+                        after = trained_l1 if n <= beyond_claims.TEXT_CONTEXT else beyond_l1
                     for stage, v in (("init", init), ("trained", after)):
                         rows.append(dict(encoding=enc, stage=stage, seed=seed, layer=layer,
                                          length=n, score=v + rng.normal(0, 0.01)))
     bpc = pd.DataFrame([dict(encoding=enc, seed=s,
                              test_bpc=(nope_bpc if enc == "none" else 2.0)
                              + rng.normal(0, 0.01))
-                        for enc in claims.TEXT_ENCODINGS for s in seeds])
+                        for enc in beyond_claims.TEXT_ENCODINGS for s in seeds])
     return pd.DataFrame(rows), bpc
 
 
@@ -371,37 +371,37 @@ def _verdicts(table: pd.DataFrame) -> dict[str, str]:
 
 def test_text_readings_hold_and_fail_where_the_constructed_data_says():
     scores, bpc = _text_frames(trained_l1=0.85, beyond_l1=0.75, last=0.65, nope_bpc=2.2)
-    v = _verdicts(claims.text_claims(scores, bpc, baseline_bpc=4.3))
-    assert set(v) == {c for c, _ in claims.TEXT_CLAIMS}
-    assert v == {c: "holds" for c, _ in claims.TEXT_CLAIMS}
+    v = _verdicts(beyond_claims.text_claims(scores, bpc, baseline_bpc=4.3))
+    assert set(v) == {c for c, _ in beyond_claims.TEXT_CLAIMS}
+    assert v == {c: "holds" for c, _ in beyond_claims.TEXT_CLAIMS}
     # a trained layer 1 at chance fails the pattern readings; NoPE cheaper than learned fails
     # "what NoPE pays"; a last layer above layer 1 fails claim 4's reading
     scores, bpc = _text_frames(trained_l1=0.45, beyond_l1=0.45, last=0.7, nope_bpc=1.8)
-    v = _verdicts(claims.text_claims(scores, bpc, baseline_bpc=4.3))
-    assert v[claims.TEXT_CLAIMS[0][0]] == "holds"  # initialisation is untouched
+    v = _verdicts(beyond_claims.text_claims(scores, bpc, baseline_bpc=4.3))
+    assert v[beyond_claims.TEXT_CLAIMS[0][0]] == "holds"  # initialisation is untouched
     for k in (1, 2, 4, 5, 6):
-        assert v[claims.TEXT_CLAIMS[k][0]] == "fails", claims.TEXT_CLAIMS[k][0]
+        assert v[beyond_claims.TEXT_CLAIMS[k][0]] == "fails", beyond_claims.TEXT_CLAIMS[k][0]
 
 
 def test_text_readings_of_untrained_models_are_not_judged():
     scores, bpc = _text_frames(trained_l1=0.85, beyond_l1=0.75, last=0.6, nope_bpc=4.5)
-    table = claims.text_claims(scores, bpc, baseline_bpc=4.3)
+    table = beyond_claims.text_claims(scores, bpc, baseline_bpc=4.3)
     judged = table[table.note == ""]
-    assert set(judged["claim"]) == {claims.TEXT_CLAIMS[0][0]}
+    assert set(judged["claim"]) == {beyond_claims.TEXT_CLAIMS[0][0]}
     skipped = table[table.note == "not trained"]
     assert set(skipped["verdict"]) == {"cannot tell"} and len(skipped["claim"].unique()) == 6
     # a learned-position model that learned nothing leaves "what NoPE pays" unjudged only
     scores, bpc = _text_frames(trained_l1=0.85, beyond_l1=0.75, last=0.65, nope_bpc=2.2)
     bpc.loc[bpc.encoding == "learned", "test_bpc"] = 4.5
-    table = claims.text_claims(scores, bpc, baseline_bpc=4.3)
-    assert set(table.loc[table.note == "not trained", "claim"]) == {claims.TEXT_CLAIMS[6][0]}
+    table = beyond_claims.text_claims(scores, bpc, baseline_bpc=4.3)
+    assert set(table.loc[table.note == "not trained", "claim"]) == {beyond_claims.TEXT_CLAIMS[6][0]}
 
 
 def test_the_text_context_splits_within_from_beyond():
     scores, bpc = _text_frames(trained_l1=0.85, beyond_l1=0.45, last=0.65, nope_bpc=2.2)
-    at_256 = claims.text_claims(scores, bpc, baseline_bpc=4.3)
-    at_64 = claims.text_claims(scores, bpc, baseline_bpc=4.3, context=64)
-    beyond = claims.TEXT_CLAIMS[4][0]
+    at_256 = beyond_claims.text_claims(scores, bpc, baseline_bpc=4.3)
+    at_64 = beyond_claims.text_claims(scores, bpc, baseline_bpc=4.3, context=64)
+    beyond = beyond_claims.TEXT_CLAIMS[4][0]
     assert set(at_256.loc[at_256.claim == beyond, "group"]) == {"512 chars", "1024 chars"}
     assert len(at_64.loc[at_64.claim == beyond]) == 4  # 128, 256, 512, 1024
 
@@ -409,22 +409,22 @@ def test_the_text_context_splits_within_from_beyond():
 def test_text_readings_need_three_seeds_per_encoding():
     scores, bpc = _text_frames(0.85, 0.75, 0.6, 2.2, seeds=(0, 1))
     with pytest.raises(ValueError, match="at least 3"):
-        claims.text_claims(scores, bpc, baseline_bpc=4.3)
+        beyond_claims.text_claims(scores, bpc, baseline_bpc=4.3)
     with pytest.raises(ValueError, match="columns"):
-        claims.text_claims(scores.drop(columns="length"), bpc, baseline_bpc=4.3)
+        beyond_claims.text_claims(scores.drop(columns="length"), bpc, baseline_bpc=4.3)
     scores, bpc = _text_frames(0.85, 0.75, 0.6, 2.2)
     with pytest.raises(ValueError, match=r"lack the lengths \[1024\]"):
-        claims.text_claims(scores[scores.length != 1024], bpc, baseline_bpc=4.3)
+        beyond_claims.text_claims(scores[scores.length != 1024], bpc, baseline_bpc=4.3)
     with pytest.raises(ValueError, match="the same for both"):
-        claims.text_claims(scores, bpc.assign(seed=[0, 1, 2, 0, 1, 3]), baseline_bpc=4.3)
+        beyond_claims.text_claims(scores, bpc.assign(seed=[0, 1, 2, 0, 1, 3]), baseline_bpc=4.3)
 
 
 def test_the_text_initialisation_reading_alone_is_the_full_rules_first():
     scores, bpc = _text_frames(trained_l1=0.85, beyond_l1=0.75, last=0.65, nope_bpc=2.2)
-    alone = claims.text_init_claims(scores)
-    full = claims.text_claims(scores, bpc, baseline_bpc=4.3)
-    first = full[full.claim == claims.TEXT_CLAIMS[0][0]].drop(columns="note")
+    alone = beyond_claims.text_init_claims(scores)
+    full = beyond_claims.text_claims(scores, bpc, baseline_bpc=4.3)
+    first = full[full.claim == beyond_claims.TEXT_CLAIMS[0][0]].drop(columns="note")
     pd.testing.assert_frame_equal(alone.reset_index(drop=True), first.reset_index(drop=True))
     assert set(alone["verdict"]) == {"holds"}
     with pytest.raises(ValueError, match="at least 3"):
-        claims.text_init_claims(scores[scores.seed < 2])
+        beyond_claims.text_init_claims(scores[scores.seed < 2])

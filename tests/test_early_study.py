@@ -11,7 +11,7 @@ import pytest
 
 from nopelib.core.model import GPTConfig
 from nopelib.core.params import ALLOW_SLOW_ENV
-from nopelib.rules import claims
+from nopelib.rules import beyond_claims, claims
 from nopelib.store import cache
 from nopelib.studies import early_study, result_schema, results
 from nopelib.training import profiles
@@ -49,8 +49,8 @@ def test_the_study_writes_every_run_with_its_measurements_and_resumes_from_the_c
     lows = {tuple(r["frozen"]): {} for r in runs}
     for r in runs:
         layer1 = [row[1] for row in r["curve"]["scores"]]
-        lows[tuple(r["frozen"])][r["seed"]] = claims.window_min(r["curve"]["step"], layer1)
-    assert claims.collapse_cause(lows[()], lows[("qk",)]) in claims.CAUSE_VERDICTS
+        lows[tuple(r["frozen"])][r["seed"]] = beyond_claims.window_min(r["curve"]["step"], layer1)
+    assert beyond_claims.collapse_cause(lows[()], lows[("qk",)]) in beyond_claims.CAUSE_VERDICTS
     first = tiny_study.read_text()
     early_study.main(argv)  # every run now comes from the results cache
     again = json.loads(tiny_study.read_text())
@@ -92,7 +92,7 @@ def test_the_tables_read_every_run_from_its_initialisation_on(tiny_study):
     assert len(falls) == 6 and set(falls.task) == {"addition", "reversal"}
     for _, row in falls.iterrows():  # the first step below the level, or none
         g = runs[(runs.task == row.task) & (runs.seed == row.seed) & (runs.ablation == "none")]
-        below = g[g.layer1 < claims.FALLS_AT].step
+        below = g[g.layer1 < beyond_claims.FALLS_AT].step
         assert (below.min() if len(below) else float("nan")) == pytest.approx(
             row.falls_at, nan_ok=True)
     assert (falls.last_layer1 >= falls.lowest_layer1).all()
@@ -100,7 +100,7 @@ def test_the_tables_read_every_run_from_its_initialisation_on(tiny_study):
     assert (gaps.gap_without_mlp >= 0).all() and set(gaps.at_step) <= {0, 10, 20}
     table = early_study.causes(runs)
     assert list(table.ablation) == ["embedding", "embedding"]
-    assert set(table.verdict) <= set(claims.CAUSE_VERDICTS) and (table.seeds == 3).all()
+    assert set(table.verdict) <= set(beyond_claims.CAUSE_VERDICTS) and (table.seeds == 3).all()
     sentences = early_study.answers(falls, gaps, table)
     assert set(sentences) == {"addition", "reversal"}
     for task, text in sentences.items():  # each names its verdict, computed by the rule

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from nopelib.core.model import GPTConfig
-from nopelib.rules import claims
+from nopelib.rules import beyond_claims, claims
 from nopelib.studies import long_context as lc, results
 
 SMALL = GPTConfig(n_layer=2, n_head=2, n_embd=32)
@@ -112,9 +112,9 @@ def test_figures_draw_every_model_and_the_prediction():
     up_to = lc.resolved_up_to(res)
     assert set(up_to.model) == {"32 wide", "32 wide, window 8"}
     text = lc.verdict_lines(claims.claim_table(
-        claims.long_claims(frames["scores"], frames["order"]), by="group"))
-    assert text.count("\n") == len(claims.LONG_CLAIMS) - 1 and "**" in text
-    table = claims.claim_table(claims.long_claims(frames["scores"], frames["order"]),
+        beyond_claims.long_claims(frames["scores"], frames["order"]), by="group"))
+    assert text.count("\n") == len(beyond_claims.LONG_CLAIMS) - 1 and "**" in text
+    table = claims.claim_table(beyond_claims.long_claims(frames["scores"], frames["order"]),
                                by="group")
     words = lc.summary(table, up_to, 64)
     assert words.count("- **") == 2 and "at 64 tokens the score" in words

@@ -12,7 +12,7 @@ from nopelib.core.probe import (FEATURE_SETS, ProbeConfig, RidgeConfig, probe_mo
                                 model_states, probe_layers, random_token_sequences, split_sequences,
                                 variance_window_features, window_positions)
 from nopelib.core.tasks import CHARS, decode, encode, make_split
-from nopelib.rules import claims
+from nopelib.rules import claims, init_claims
 from nopelib.studies.analysis import random_model
 from nopelib.studies.probe_study import (CHAPTER_PARAMS, format_lift, metric_intervals,
                                          paired_differences, random_study, sequences_for,
@@ -238,18 +238,18 @@ def test_format_lift_is_each_layer_minus_the_same_models_layer_0():
 
 
 def test_positive_control_model_finds_position_in_the_full_state():
-    """The amplitude-matched position embedding (claims.POSITIVE_CONTROL) is visible to the
-    full-state probe; the rule reads "finds" and "misses" against claims.FINDS_AT."""
+    """The amplitude-matched position embedding (init_claims.POSITIVE_CONTROL) is visible to the
+    full-state probe; the rule reads "finds" and "misses" against init_claims.FINDS_AT."""
     ids = random_token_sequences(300, 24, CHARS, seed=1)
-    net = random_model(n_layer=2, n_head=2, n_embd=48, seed=0, **claims.POSITIVE_CONTROL)
+    net = random_model(n_layer=2, n_head=2, n_embd=48, seed=0, **init_claims.POSITIVE_CONTROL)
     table = probe_model(net, ids, [4])
-    control = claims.positive_control(table)
+    control = init_claims.positive_control(table)
     assert control.loc[(0, "hidden"), "verdict"] == "finds", control
     assert set(control.verdict) <= {"finds", "misses"}
-    low = table.assign(r=claims.FINDS_AT - 0.01)
-    assert (claims.positive_control(low).verdict == "misses").all()
+    low = table.assign(r=init_claims.FINDS_AT - 0.01)
+    assert (init_claims.positive_control(low).verdict == "misses").all()
     with pytest.raises(ValueError, match="no probe rows"):
-        claims.positive_control(table.iloc[:0])
+        init_claims.positive_control(table.iloc[:0])
 
 
 def test_probe_model_windows_and_lengths():

@@ -13,7 +13,7 @@ import pytest
 
 from nopelib.book import scorecard
 from nopelib.core.model import GPTConfig
-from nopelib.rules import claims
+from nopelib.rules import beyond_claims, claims, init_claims
 from nopelib.training.profiles import PROFILES
 
 SPEC = scorecard.SPECS["1: layer 1 jumps to 0.8-1.0"]
@@ -229,7 +229,7 @@ def test_refs_letter_the_readings_that_share_a_number():
 
 
 def test_the_rows_name_the_claims_of_the_rules():
-    labels = ({c for c, _ in claims.INIT_CLAIMS} | {c for c, _ in claims.TRAINED_CLAIMS})
+    labels = ({c for c, _ in init_claims.INIT_CLAIMS} | {c for c, _ in claims.TRAINED_CLAIMS})
     numbered = [c for c, *_ in scorecard.PAPER_ROWS if not c.startswith(("5", "6"))]
     assert set(numbered) == labels
     assert {c.split(":")[0] for c, *_ in scorecard.PAPER_ROWS} == {str(n) for n in range(1, 7)}
@@ -238,7 +238,7 @@ def test_the_rows_name_the_claims_of_the_rules():
 def test_long_rows_are_untested_without_the_committed_study(monkeypatch):
     monkeypatch.setattr(scorecard.results, "load_all", lambda kind: {})
     rows = scorecard.long_rows()
-    assert [(r["claim"], r["reading"]) for r in rows] == list(claims.LONG_CLAIMS)
+    assert [(r["claim"], r["reading"]) for r in rows] == list(beyond_claims.LONG_CLAIMS)
     assert all(r["verdict"] == "untested" and "long_sequences.html#" in r["section"]
                and r["model"] for r in rows)
 
@@ -340,7 +340,7 @@ def test_text_rows_judge_the_initialisation_live_and_leave_the_trained_untested(
     monkeypatch.setattr(scorecard, "memo", lambda fn, *args, **kw: fn(*args, **kw))
     monkeypatch.setattr(text_study, "init_scores", lambda profile, s, n: frame)
     rows = scorecard.text_rows()
-    assert [r["claim"] for r in rows] == [c for c, _ in claims.TEXT_CLAIMS]
+    assert [r["claim"] for r in rows] == [c for c, _ in beyond_claims.TEXT_CLAIMS]
     assert all(r["claim"].startswith("beyond") and "text.html#" in r["section"] for r in rows)
     assert rows[0]["verdict"] == "replicates" and "0.9" in rows[0]["measured"]
     assert {r["verdict"] for r in rows[1:]} == {"untested"}

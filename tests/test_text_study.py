@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from nopelib.core import corpus
-from nopelib.rules import claims
+from nopelib.rules import beyond_claims, claims
 from nopelib.store import checkpoint as ck
 from nopelib.studies import results, text_study as ts
 from nopelib.training import text_lm as tl
@@ -95,7 +95,7 @@ def test_a_tiny_text_study_writes_a_valid_file_and_reads_back_from_the_cache(tmp
     doc = results.load(out)
     assert [(r["encoding"], r["seed"]) for r in doc["runs"]] == [("none", 0), ("learned", 0)]
     nope, learned = doc["runs"]
-    assert sorted(map(int, nope["scores"]["trained"])) == list(claims.TEXT_LENGTHS)
+    assert sorted(map(int, nope["scores"]["trained"])) == list(beyond_claims.TEXT_LENGTHS)
     assert sorted(map(int, learned["scores"]["init"])) == [TINY.context]
     assert {p["length"] for p in nope["probes"]} == {TINY.context, tl.LONGEST}
     assert {p["stage"] for p in learned["probes"]} == {"init", "trained"}
@@ -127,11 +127,11 @@ def test_the_study_scores_the_rules_windows_of_the_test_books(kjv):
     model = tl.GPT(TINY.config("learned", len(kjv.vocab))).eval()
     scores, probes = ts.measure(model, "learned", TINY)
     assert list(scores) == [str(TINY.context)]  # a learned table stops at its context
-    w = kjv.windows("test", TINY.context, claims.TEXT_WINDOWS, claims.TEXT_WINDOW_SEED)
+    w = kjv.windows("test", TINY.context, beyond_claims.TEXT_WINDOWS, beyond_claims.TEXT_WINDOW_SEED)
     direct = tl.layer_scores(model, w)  # [windows, L+1]
     assert scores[str(TINY.context)]["mean"] == pytest.approx(direct.mean(0).tolist())
-    other = tl.layer_scores(model, kjv.windows("test", TINY.context, claims.TEXT_WINDOWS,
-                                               claims.TEXT_WINDOW_SEED + 7))
+    other = tl.layer_scores(model, kjv.windows("test", TINY.context, beyond_claims.TEXT_WINDOWS,
+                                               beyond_claims.TEXT_WINDOW_SEED + 7))
     assert not np.allclose(direct.mean(0), other.mean(0))  # other windows, other scores
     assert {(p["layer"], p["features"]) for p in probes} == {
         (layer, f) for layer in range(TINY.n_layer + 1) for f in ("cosine", "variance",

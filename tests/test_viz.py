@@ -13,7 +13,7 @@ from nopelib.book.viz import BookRenderer, line_slider
 def test_import_leaves_plotly_alone_and_the_call_sets_the_book_renderer():
     code = ("import plotly.io as pio\n"
             "default = pio.renderers.default\n"
-            "from nopelib import viz\n"
+            "from nopelib.book import viz\n"
             "assert pio.renderers.default == default, pio.renderers.default\n"
             "viz.use_book_renderer()\n"
             "assert pio.renderers.default == 'nopebook'\n")

@@ -42,7 +42,7 @@ from nopelib.core import corpus
 from nopelib.core.model import GPTConfig
 from nopelib.core.params import Choice
 from nopelib.core.probe import RidgeConfig
-from nopelib.rules import claims
+from nopelib.rules import beyond_claims, claims, init_claims
 from nopelib.store.memo import memo
 from nopelib.studies import analysis as an, long_context, results, study, text_study
 from nopelib.studies.probe_study import (mlp_studies, paired_differences, random_studies,
@@ -106,7 +106,7 @@ PAPER_ROWS = (
      "random_init", "length-beyond-the-paper-s-inputs-with-and-without-repeats"),
 )
 SPECS = {spec[0]: spec for spec in PAPER_ROWS}
-# the probe claim's reading (claims.probe_claims: both metrics at every layer from 1)
+# the probe claim's reading (init_claims.probe_claims: both metrics at every layer from 1)
 PROBE_READING = "cosine features: lower NRMSE and higher R, every layer from 1"
 NOT_TRAINED = "not yet trained"
 
@@ -252,9 +252,9 @@ def _row(spec: tuple[str, str, str, str], reading: str, model: tuple[str, str],
 
 def init_rows(ev: Mapping[str, pd.DataFrame], p: Mapping[str, object]) -> list[dict]:
     """The rows of results 1 to 3 (random initialisation) from ``init_evidence``, one per
-    reading of ``claims.INIT_CLAIMS``: the base model, the grid's configurations, the
+    reading of ``init_claims.INIT_CLAIMS``: the base model, the grid's configurations, the
     initialisation study's (token-embedding reading) for the sigma rows."""
-    table = claims.claim_table(claims.init_claims(ev["base"], ev["init"], ev["grid"]),
+    table = claims.claim_table(init_claims.init_claims(ev["base"], ev["init"], ev["grid"]),
                                by="group")
     base = GPTConfig()
     grid = [replace(base, **o) for o in an.grid_overrides(p["grid_layers"], p["grid_widths"])]
@@ -268,15 +268,15 @@ def init_rows(ev: Mapping[str, pd.DataFrame], p: Mapping[str, object]) -> list[d
                  f"{p['grid_inputs_per_task']} inputs per task per seed")
     sigma_live = f"{live}; the token-embedding reading of the initialisation study"
     study_note = ", the initialisation study"
-    keeps, removes, means = (c for c, _ in claims.INIT_CLAIMS[4:7])
+    keeps, removes, means = (c for c, _ in init_claims.INIT_CLAIMS[4:7])
     models = {  # claim -> (model, evidence)
-        claims.INIT_CLAIMS[3][0]: (_model(grid, ", the grid"), grid_live),
+        init_claims.INIT_CLAIMS[3][0]: (_model(grid, ", the grid"), grid_live),
         keeps: (_model(sigmas(lambda s: s <= 0.02), study_note), sigma_live),
         removes: (_model(sigmas(lambda s: s >= 0.2), study_note), sigma_live),
         means: (_model(sigmas(lambda s: s <= 0.02), study_note), sigma_live),
     }
     rows = []
-    for claim, reading in claims.INIT_CLAIMS:
+    for claim, reading in init_claims.INIT_CLAIMS:
         model, evidence = models.get(claim, (_model(base), live))
         mine = table[(table.claim == claim) & (table.reading == reading)]
         rows.append(_row(SPECS[claim], reading, model, mine, "group", evidence))
@@ -333,10 +333,10 @@ def probe_rows(pp: Mapping[str, object], trained: Sequence[Mapping]) -> list[dic
     its models of the judged tasks."""
     seeds = list(pp["model_seeds"])
     table = random_studies(seeds, pp["T"], pp["w"], pp["n_fit_tokens"], RidgeConfig())
-    comp = claims.probe_claims(paired_differences(table[~table.shuffled], "seed"),
+    comp = init_claims.probe_claims(paired_differences(table[~table.shuffled], "seed"),
                                model="seed")
     mlp = mlp_studies(seeds, pp["T"], pp["w"], pp["mlp_fit_tokens"])
-    mlp_comp = claims.probe_claims(paired_differences(mlp, "seed"), model="seed")
+    mlp_comp = init_claims.probe_claims(paired_differences(mlp, "seed"), model="seed")
     ridge_spec, mlp_spec, trained_spec = (s for s in PAPER_ROWS if s[0].startswith("5"))
     live = (f"live: {len(seeds)} random models, window {pp['w']}, length {pp['T']}, "
             "paired per model")
@@ -379,7 +379,7 @@ def beyond_rows(ev: Mapping[str, pd.DataFrame], p: Mapping[str, object]) -> list
     side of 0.8, and the bidirectional control's chance level."""
     level = p["level"]
     pred = prediction_table(ev["grid"], ev["grid_pred"], level)
-    sides = claims.prediction_sides(pred["predicted"], pred["measured"])
+    sides = init_claims.prediction_sides(pred["predicted"], pred["measured"])
     agree = int((sides == "holds").sum())
     grid = [replace(GPTConfig(), **o) for o in an.grid_overrides(p["grid_layers"],
                                                                   p["grid_widths"])]
@@ -394,17 +394,17 @@ def beyond_rows(ev: Mapping[str, pd.DataFrame], p: Mapping[str, object]) -> list
         f"{p['grid_seeds']} seeds, prediction from the initialisation alone",
         section=_link("random_init", "depth-and-width-predicted-then-measured"))
     controls = ev["controls"]
-    bid = claims.claim_table(claims.chance_control(controls[~controls.causal]), by="group")
+    bid = claims.claim_table(init_claims.chance_control(controls[~controls.causal]), by="group")
     spec = ("beyond: bidirectional control", "(not in the paper) Without the causal mask the "
             "pattern cannot form: every layer within 0.1 of 0.5.", "random_init",
             "controls-the-paper-does-not-show")
-    control = _row(spec, f"every layer within {claims.NEAR_CHANCE:g} of 0.5",
+    control = _row(spec, f"every layer within {init_claims.NEAR_CHANCE:g} of 0.5",
                    _model(replace(GPTConfig(), causal=False)), bid, "group",
                    "live: bidirectional base model")
     return [theory, control]
 
 
-LONG_PAPER = (  # the long-sequence readings (claims.LONG_CLAIMS), as the scorecard states them
+LONG_PAPER = (  # the long-sequence readings (beyond_claims.LONG_CLAIMS), as the scorecard states them
     "(not in the paper) At initialisation, the layer-1 score stays in the paper's range "
     "(0.8 or more) along the committed study's longest sequences.",
     "(not in the paper) Every layer stays above chance (0.6) along them.",
@@ -439,12 +439,12 @@ def _long_models(runs: Sequence[Mapping], base: GPTConfig) -> dict[str, tuple[st
 
 def long_rows() -> list[dict]:
     """Rows past the paper from the committed long-sequence study
-    (``nopelib.studies.long_context``): one per reading of ``claims.long_claims`` and the theory's
+    (``nopelib.studies.long_context``): one per reading of ``beyond_claims.long_claims`` and the theory's
     resolution prediction; untested rows without the study."""
     doc = results.load_all("long").get("long_context.json")
     anchor = "the-verdict-on-the-criticism"
     specs = [(c, r, (c, p, "long_sequences", anchor))
-             for (c, r), p in zip(claims.LONG_CLAIMS, LONG_PAPER)]
+             for (c, r), p in zip(beyond_claims.LONG_CLAIMS, LONG_PAPER)]
     if doc is None:
         base = _model(GPTConfig())
         return [_row(spec, r, base, None, "group", "no committed study",
@@ -454,13 +454,13 @@ def long_rows() -> list[dict]:
     models = _long_models(doc["runs"], GPTConfig(**doc["provenance"]["base"]))
     # the readings' models: every model, every model, global attention, the windows
     which = ("all", "all", "global", "window")
-    table = claims.claim_table(claims.long_claims(frames["scores"], frames["order"]),
+    table = claims.claim_table(beyond_claims.long_claims(frames["scores"], frames["order"]),
                                by="group")
     evidence = f"committed: random models at {T:,} tokens"
     rows = [_row(spec, r, models.get(w, models["all"]),
                  table[(table.claim == c) & (table.reading == r)], "group", evidence)
             for (c, r, spec), w in zip(specs, which)]
-    agree = claims.resolution_agreement(long_context.resolution(frames["order"]))
+    agree = beyond_claims.resolution_agreement(long_context.resolution(frames["order"]))
     informative = agree[agree != "uninformative"]
     n = int((informative == "agrees").sum())
     label, inside = models["all"]
@@ -479,7 +479,7 @@ def long_rows() -> list[dict]:
     return rows
 
 
-TEXT_PAPER = (  # the text readings (claims.TEXT_CLAIMS), as the scorecard states them
+TEXT_PAPER = (  # the text readings (beyond_claims.TEXT_CLAIMS), as the scorecard states them
     "(not in the paper) The pattern shows on real text before training, in the text study's "
     "NoPE models.",
     "(not in the paper) A NoPE language model trained on real text shows it in layer 1.",
@@ -493,18 +493,18 @@ TEXT_PAPER = (  # the text readings (claims.TEXT_CLAIMS), as the scorecard state
 
 
 def text_rows() -> list[dict]:
-    """Rows past the paper on real text (``claims.TEXT_CLAIMS``): the initialisation reading
+    """Rows past the paper on real text (``beyond_claims.TEXT_CLAIMS``): the initialisation reading
     judged on the text chapter's live study at its default parameters (the same cached call
     as the chapter's), the trained readings untested until the text study is committed."""
     p = chapter_defaults("text")
     prof = text_lm.get_text_profile(p["profile"])
     model = _model(prof.config("none", len(corpus.load().vocab)))
     specs = [(c, r, (c, paper, "text", anchor)) for (c, r), paper, anchor in zip(
-        claims.TEXT_CLAIMS, TEXT_PAPER,
+        beyond_claims.TEXT_CLAIMS, TEXT_PAPER,
         ["the-first-reading-of-the-rule"] + ["the-trained-study-and-the-rule-that-will-judge-it"]
-        * (len(claims.TEXT_CLAIMS) - 1))]
+        * (len(beyond_claims.TEXT_CLAIMS) - 1))]
     scores = memo(text_study.init_scores, p["profile"], p["seeds"], p["lengths"])
-    table = claims.claim_table(claims.text_init_claims(scores), by="group")
+    table = claims.claim_table(beyond_claims.text_init_claims(scores), by="group")
     claim, reading, spec = specs[0]
     rows = [_row(spec, reading, model, table, "group",
                  "live: the text study's NoPE models at initialisation, held-out windows of "

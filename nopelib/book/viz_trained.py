@@ -101,7 +101,7 @@ def before_after_lines(
 def probe_differences(comparisons: dict[str, pd.DataFrame], title: str) -> go.Figure:
     """Cosine minus variance per layer with their intervals: NRMSE (left, below 0 favours
     cosine) and R (right, above 0 favours cosine), one line per model; ``comparisons`` maps a
-    model's name to ``claims.probe_claims``'s table (one task's rows)."""
+    model's name to ``init_claims.probe_claims``'s table (one task's rows)."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=[
         "NRMSE cosine − variance (< 0: cosine better)", "R cosine − variance (> 0: cosine better)"])
     for i, (name, comp) in enumerate(comparisons.items()):

@@ -30,7 +30,7 @@ feature, drawn independently at every position: it leaves each stack's signal wh
 ``"variance"`` nor the variance's in ``"adjacency"``) and keeps every feature a noisy
 measurement rather than a constant. The layers >= 1 of one stack are independent draws of the
 same construction: the stack has the base model's depth so that a comparison judged on it
-has the same family of tests (``nopelib.rules.claims.probe_claims``) as the model's.
+has the same family of tests (``nopelib.rules.init_claims.probe_claims``) as the model's.
 """
 
 from __future__ import annotations

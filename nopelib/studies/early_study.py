@@ -9,7 +9,7 @@ reads it on those very inputs (``nopelib.averaging.dynamics``: rho, the shared d
 value vectors and of the embeddings, the attention entropy over log k) with the layer-1 score the
 theory predicts from the measured attention and from uniform attention. The ablations hold parts at
 their initial values (``nopelib.core.ablation``: the token embedding, block 1's queries and keys, or
-both); the rule that says which of them explains a collapse is ``claims.collapse_cause``, fixed
+both); the rule that says which of them explains a collapse is ``beyond_claims.collapse_cause``, fixed
 before this study ran.
 
 It trains longer than a chapter may, so it runs by hand, one file per profile::
@@ -47,7 +47,7 @@ from nopelib.core.metrics import layer_scores
 from nopelib.core.model import GPT, GPTConfig
 from nopelib.core.params import SEED, Choice, ListOf
 from nopelib.core.tasks import TASKS, get_task, sample_inputs
-from nopelib.rules import claims
+from nopelib.rules import beyond_claims, claims
 from nopelib.store.memo import is_cached, memo
 from nopelib.studies import results
 from nopelib.studies.analysis import random_model
@@ -206,18 +206,18 @@ def frame(doc: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def falls(runs: pd.DataFrame, level: float = claims.FALLS_AT) -> pd.DataFrame:
+def falls(runs: pd.DataFrame, level: float = beyond_claims.FALLS_AT) -> pd.DataFrame:
     """Per unablated run (task, seed): the first step where layer 1 is below ``level``
-    (``claims.first_below``; NaN if never), its lowest and its last score in the window, and
+    (``beyond_claims.first_below``; NaN if never), its lowest and its last score in the window, and
     the block-1 quantities at that step beside their values at initialisation
     (``<name>_init``)."""
     out = []
     for (task, seed), g in runs[runs.ablation == "none"].groupby(["task", "seed"]):
         g = g.sort_values("step")
-        step = claims.first_below(g.step.tolist(), g.layer1.tolist(), level)
+        step = beyond_claims.first_below(g.step.tolist(), g.layer1.tolist(), level)
         at = g[g.step == step].iloc[0] if step is not None else None
         row = {"task": task, "seed": seed, "falls_at": float("nan") if step is None else step,
-               "lowest_layer1": claims.window_min(g.step.tolist(), g.layer1.tolist()),
+               "lowest_layer1": beyond_claims.window_min(g.step.tolist(), g.layer1.tolist()),
                "last_layer1": float(g.layer1.iloc[-1])}
         for name in ("layer1", "rho", "value_common", "value_axis", "embedding_axis",
                      "entropy"):
@@ -229,22 +229,22 @@ def falls(runs: pd.DataFrame, level: float = claims.FALLS_AT) -> pd.DataFrame:
 
 def agreement(runs: pd.DataFrame) -> pd.DataFrame:
     """The theory along training, per unablated run: the largest |predicted - measured| over
-    its curve points and its step (``claims.largest_gap``), against the residual the theory
+    its curve points and its step (``beyond_claims.largest_gap``), against the residual the theory
     describes (``score_without_mlp``) and against the layer-1 score itself."""
     out = []
     for (task, seed), g in runs[runs.ablation == "none"].groupby(["task", "seed"]):
         g = g.sort_values("step")
-        gap, step = claims.largest_gap(g.step, g.predicted, g.score_without_mlp)
-        gap1, step1 = claims.largest_gap(g.step, g.predicted, g.layer1)
+        gap, step = beyond_claims.largest_gap(g.step, g.predicted, g.score_without_mlp)
+        gap1, step1 = beyond_claims.largest_gap(g.step, g.predicted, g.layer1)
         out.append({"task": task, "seed": seed, "gap_without_mlp": gap, "at_step": step,
                     "gap_layer1": gap1, "at_step_layer1": step1})
     return pd.DataFrame(out)
 
 
 def causes(runs: pd.DataFrame) -> pd.DataFrame:
-    """``claims.collapse_cause`` per task and ablation: each seed's lowest layer-1 score in
-    the window (``claims.window_min``), unablated and ablated, and the verdict."""
-    lows = {key: claims.window_min(g.step.tolist(), g.layer1.tolist())  # order-free
+    """``beyond_claims.collapse_cause`` per task and ablation: each seed's lowest layer-1 score in
+    the window (``beyond_claims.window_min``), unablated and ablated, and the verdict."""
+    lows = {key: beyond_claims.window_min(g.step.tolist(), g.layer1.tolist())  # order-free
             for key, g in runs.groupby(["task", "ablation", "seed"])}
     out = []
     for task in sorted({t for t, _, _ in lows}):
@@ -258,7 +258,7 @@ def causes(runs: pd.DataFrame) -> pd.DataFrame:
             out.append({"task": task, "ablation": name, "seeds": len(held),
                         "lowest_unablated": min(base.values()) if base else float("nan"),
                         "lowest_ablated": min(held.values()),
-                        "verdict": claims.collapse_cause(base, held)})
+                        "verdict": beyond_claims.collapse_cause(base, held)})
     return pd.DataFrame(out, columns=["task", "ablation", "seeds", "lowest_unablated",
                                       "lowest_ablated", "verdict"])
 
@@ -272,11 +272,11 @@ def answers(falls_table: pd.DataFrame, gaps: pd.DataFrame,
     for task, f in falls_table.groupby("task"):
         fell = f.dropna(subset=["falls_at"])
         if fell.empty:
-            when = (f"layer 1 never fell below {claims.FALLS_AT} (lowest "
+            when = (f"layer 1 never fell below {beyond_claims.FALLS_AT} (lowest "
                     f"{f.lowest_layer1.min():.3f})")
         else:
             steps = fell.falls_at.astype(int)
-            when = (f"layer 1 fell below {claims.FALLS_AT} on {len(fell)} of {len(f)} seeds, "
+            when = (f"layer 1 fell below {beyond_claims.FALLS_AT} on {len(fell)} of {len(f)} seeds, "
                     f"at step {steps.min()}-{steps.max()}, with attention entropy still "
                     f"{fell.entropy.min():.3f} or more of uniform, rho {fell.rho.min():.2f}-"
                     f"{fell.rho.max():.2f} (initially {fell.rho_init.min():.2f}-"

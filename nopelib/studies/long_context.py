@@ -43,7 +43,7 @@ from nopelib.core.metrics import adjacency_score, cosine_similarity_matrix
 from nopelib.core.model import GPTConfig
 from nopelib.core.params import SEED, Cost, Float, Int, ListOf
 from nopelib.core.stats import t_interval
-from nopelib.rules.claims import ORDER_LEVEL
+from nopelib.rules.beyond_claims import ORDER_LEVEL
 from nopelib.studies import results
 from nopelib.studies.analysis import length_tokens, random_model
 
@@ -206,7 +206,7 @@ def score_table(scores: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
 
 
 def model_name(width: int, window: int) -> str:
-    """How the chapter and ``claims.long_claims`` name a model: "384 wide[, window 64]"."""
+    """How the chapter and ``beyond_claims.long_claims`` name a model: "384 wide[, window 64]"."""
     return f"{width} wide" + (f", window {window}" if window else "")
 
 
@@ -240,7 +240,8 @@ def summary(table: pd.DataFrame, up_to: pd.DataFrame, T: int) -> str:
     ``claims.claim_table(long_claims(...), by="group")`` and ``resolved_up_to``: whether its
     score stays above chance, whether its neighbours are resolved at length, and the last
     octave layer 1 and the last layer resolve."""
-    from nopelib.rules.claims import LONG_CLAIMS, combine
+    from nopelib.rules.claims import combine
+    from nopelib.rules.beyond_claims import LONG_CLAIMS
 
     above, unresolved, resolved = (LONG_CLAIMS[i][0] for i in (1, 2, 3))
     words = {"holds": "stays above chance", "fails": "is near chance",

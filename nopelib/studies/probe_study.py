@@ -28,7 +28,7 @@ from nopelib.core.probe import (FEATURE_SETS, ProbeConfig, RidgeConfig, model_st
                                 probe_model, random_token_sequences, window_positions)
 from nopelib.core.stats import t_interval
 from nopelib.core.tasks import CHARS, TASKS, encode_batch, make_split
-from nopelib.rules import claims
+from nopelib.rules import claims, init_claims
 from nopelib.store.memo import memo
 from nopelib.studies.analysis import random_model
 from nopelib.training.profiles import PROFILES, TrainProfile, get_profile
@@ -216,11 +216,11 @@ def planted_studies(seeds: Sequence[int], T: int, w: int, fit_tokens: int,
 
 
 def planted_comparison(table: pd.DataFrame) -> pd.DataFrame:
-    """``claims.probe_claims`` of each planted kind of ``planted_studies``'s table, the seed
+    """``init_claims.probe_claims`` of each planted kind of ``planted_studies``'s table, the seed
     as the unit; each kind is a family of its own (its layers >= 1, both metrics), as one
     model's comparison is. Indexed by (planted, layer), with the verdict the kind must give
     (``expected``, ``nopelib.core.planted.EXPECTED``)."""
-    comps = {kind: claims.probe_claims(paired_differences(group, "seed"), model="seed")
+    comps = {kind: init_claims.probe_claims(paired_differences(group, "seed"), model="seed")
              for kind, group in table.groupby("planted", sort=False)}
     if not comps:
         raise ValueError("planted_comparison: the table holds no planted rows")
@@ -296,7 +296,7 @@ def format_lift(table: pd.DataFrame, unit: str = "model_seed",
 
 
 def compare_trained(table: pd.DataFrame, subtract_format: bool = False) -> pd.DataFrame:
-    """``claims.probe_claims`` per task and layer of a trained-model probe table (columns
+    """``init_claims.probe_claims`` per task and layer of a trained-model probe table (columns
     task, model_seed, seed, layer, features, nrmse, r), the model as the unit and its probe
     seeds averaged first. Raw (default): cosine minus variance at each layer.
     ``subtract_format``: each layer's metrics minus the same model's layer 0
@@ -310,7 +310,7 @@ def compare_trained(table: pd.DataFrame, subtract_format: bool = False) -> pd.Da
         diffs = paired_differences(lifted, ["task", "model_seed"])
     else:
         diffs = paired_differences(table, ["task", "model_seed", "seed"])
-    return claims.probe_claims(diffs, model="model_seed", group="task")
+    return init_claims.probe_claims(diffs, model="model_seed", group="task")
 
 
 def trained_comparison(docs: Mapping[str, Mapping], tasks: Sequence[str],
@@ -353,7 +353,7 @@ LAYER_VERDICTS = ("cosine", "variance", "cannot tell")
 
 
 def verdict_layers(comp: pd.DataFrame) -> str:
-    """Markdown: the layers of ``claims.probe_claims``'s table (one group, indexed by layer)
+    """Markdown: the layers of ``init_claims.probe_claims``'s table (one group, indexed by layer)
     at each verdict, e.g. "**cosine** at layers 1, 2; **variance** at layers none; ..."."""
     by_verdict = {v: list(comp.index[comp.verdict == v]) for v in LAYER_VERDICTS}
     return "; ".join(f"**{v}** at layers {', '.join(map(str, ls)) or 'none'}"

@@ -14,7 +14,8 @@ from dataclasses import replace
 from nopelib.core.model import GPTConfig
 from nopelib.core.probe import FEATURE_SETS
 from nopelib.rules import bf16
-from nopelib.rules.claims import LEARNED_AT, TEXT_ENCODINGS
+from nopelib.rules.beyond_claims import TEXT_ENCODINGS
+from nopelib.rules.claims import LEARNED_AT
 from nopelib.studies.result_checks import (bad_value, check_complete, check_distinct, check_fields,
                                            check_layers, check_same, check_series, known_profile,
                                            layer_rows, profile_record)

@@ -2,12 +2,12 @@
 
 Each run trains one model (``text_lm.train_text``: an encoding, a seed, the ``text`` profile)
 and measures, on the initial and on the trained model: every layer's adjacency score on
-``claims.TEXT_WINDOWS`` windows of the test books at each of ``claims.TEXT_LENGTHS`` (a learned
+``beyond_claims.TEXT_WINDOWS`` windows of the test books at each of ``beyond_claims.TEXT_LENGTHS`` (a learned
 table stops at its context; NoPE is scored past it), the position probes of the probes chapter
 (``probe.probe_model``: ridge on the cosine and variance windows and on the full state, every
 layer) at the context length and, for NoPE, at the longest; and, once trained, bits per
 character on the whole validation and test books and a few generated lines. The rule that
-judges the study is ``claims.text_claims``, committed before it ran.
+judges the study is ``beyond_claims.text_claims``, committed before it ran.
 
 It trains longer than a chapter may, so it runs by hand with one command::
 
@@ -37,7 +37,7 @@ from nopelib.core.corpus import load
 from nopelib.core.model import GPT
 from nopelib.core.params import SEED, Choice, ListOf
 from nopelib.core.probe import RidgeConfig, probe_model
-from nopelib.rules import claims
+from nopelib.rules import beyond_claims, claims
 from nopelib.store.cache import resolve_cache_dir
 from nopelib.store.checkpoint import RunCheckpoints
 from nopelib.store.memo import is_cached, memo
@@ -59,9 +59,9 @@ RUN_SECONDS = {"text": 3_000.0, "text_tiny": 20.0}
 
 
 def rule_windows(n: int) -> np.ndarray:
-    """The windows a score reads under the rule: ``claims.TEXT_WINDOWS`` windows of ``n``
-    characters of the test books, drawn with ``claims.TEXT_WINDOW_SEED`` [windows, n]."""
-    return load().windows("test", n, claims.TEXT_WINDOWS, claims.TEXT_WINDOW_SEED)
+    """The windows a score reads under the rule: ``beyond_claims.TEXT_WINDOWS`` windows of ``n``
+    characters of the test books, drawn with ``beyond_claims.TEXT_WINDOW_SEED`` [windows, n]."""
+    return load().windows("test", n, beyond_claims.TEXT_WINDOWS, beyond_claims.TEXT_WINDOW_SEED)
 
 
 def initial_model(prof: TextProfile, encoding: str, seed: int) -> GPT:
@@ -82,7 +82,7 @@ def measure(model: GPT, encoding: str, profile: TextProfile) -> tuple[dict, list
     config = RidgeConfig()
     for n in sorted({profile.context, lengths_for(encoding, profile)[-1]}):
         count = sequences_for(PROBE_FIT_TOKENS, n, PROBE_W, config)
-        idx = torch.from_numpy(corpus.windows("test", n, count, claims.TEXT_WINDOW_SEED + 1))
+        idx = torch.from_numpy(corpus.windows("test", n, count, beyond_claims.TEXT_WINDOW_SEED + 1))
         table = probe_model(model, idx, [PROBE_W], list(PROBE_SEEDS), config=config)
         probes += [{"length": n, "layer": int(r.layer), "features": r.features,
                     "seed": int(r.seed), "nrmse": float(r.nrmse), "r": float(r.r)}
@@ -94,7 +94,7 @@ def init_scores(profile: str, seeds: list[int], lengths: list[int]) -> pd.DataFr
     """The chapter's live part: every layer's adjacency score of the NoPE models at
     initialisation (``text_run``'s initial draws), the mean over the rule's windows of the
     test books at each of ``lengths``; one row per (seed, layer, length), with the columns
-    ``claims.text_claims`` reads (encoding "none", stage "init")."""
+    ``beyond_claims.text_claims`` reads (encoding "none", stage "init")."""
     prof = get_text_profile(profile)
     rows = []
     for seed in seeds:
@@ -120,11 +120,11 @@ def init_predicted(profile: str, lengths: list[int]) -> pd.DataFrame:
 # The text chapter's parameters (its ``parameters`` cell: edit the two together)
 CHAPTER_PARAMS = {
     "profile": Choice(TEXT_PROFILES),
-    "seeds": ListOf(SEED, unique=True, min_len=claims.TEXT_MIN_SEEDS, max_len=10,
+    "seeds": ListOf(SEED, unique=True, min_len=beyond_claims.TEXT_MIN_SEEDS, max_len=10,
                     why="the seed is the unit (3 for the rule); each seed scores one model at "
                         "every length, about half a minute"),
-    "lengths": ListOf(Choice(claims.TEXT_LENGTHS), unique=True,
-                      why="the rule's lengths (claims.TEXT_LENGTHS)"),
+    "lengths": ListOf(Choice(beyond_claims.TEXT_LENGTHS), unique=True,
+                      why="the rule's lengths (beyond_claims.TEXT_LENGTHS)"),
 }
 
 
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> None:
     doc = {"provenance": results.provenance(
         "python -m nopelib.studies.text_study", argv, start, profile=prof.name,
         training=prof.record(), encodings=list(args.encodings), seeds=seeds,
-        windows={"n": claims.TEXT_WINDOWS, "seed": claims.TEXT_WINDOW_SEED,
+        windows={"n": beyond_claims.TEXT_WINDOWS, "seed": beyond_claims.TEXT_WINDOW_SEED,
                  "split": "test"},
         unigram_bpc=unigram_bits(load())), "runs": runs}
     results.write(out, doc, "text")

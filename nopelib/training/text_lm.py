@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from nopelib.core.corpus import Corpus
 from nopelib.core.metrics import adjacency_score, cosine_similarity_matrix
 from nopelib.core.model import GPT, GPTConfig
-from nopelib.rules.claims import TEXT_ENCODINGS, TEXT_LENGTHS
+from nopelib.rules.beyond_claims import TEXT_ENCODINGS, TEXT_LENGTHS
 from nopelib.store import sources
 from nopelib.store.checkpoint import RunCheckpoints
 from nopelib.training.profiles import TrainProfile

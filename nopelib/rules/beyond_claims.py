@@ -1,0 +1,272 @@
+"""Rules for what goes beyond the paper: long sequences, the early dynamics, real text.
+
+Fixed before the data, like the paper's claims (``claims``): the long-sequence chapter's
+readings, the rule that says which cause explains the early collapse of the layer-1 pattern,
+and the text study's readings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from nopelib.rules.claims import ALPHA, CHANCE, KEEPS_AT, judge_families
+from nopelib.rules.init_claims import NEAR_CHANCE
+
+
+ORDER_LEVEL = 0.75  # a distance is resolved when row i orders it behind i - 1 this often
+LONG_CLAIMS = (
+    ("beyond: layer 1 in the paper's range at length", "layer 1 at least 0.8 at T tokens"),
+    ("beyond: the pattern above chance at length",
+     "every layer from 1 above 0.6 at T tokens"),
+    ("beyond: neighbours unresolved at length (the criticism)",
+     "global attention: rows i in [T/2, T) rank i - 1 above i - T/2 less often than 0.75"),
+    ("beyond: a sliding window resolves them (the contrast)",
+     "window W: rows i in [T/2, T) rank i - 1 above i - T/2 at least 0.75 of the time"),
+)
+
+
+def long_claims(scores: pd.DataFrame, order: pd.DataFrame,
+                alpha: float = ALPHA) -> pd.DataFrame:
+    """Every test of the long-sequence readings, the model seed as the unit, at the longest
+    length T scored. ``scores`` and ``order`` are ``long_context.run_frames``'s frames (one
+    sequence per seed). Groups are the models ("<width> wide", with ", window W" for a
+    sliding window); each reading one family; rows as ``init_claims``'s. The resolution
+    tests read the farthest distance tried (d = T/2, where the averaging theory's gap is
+    largest) on the last octave of rows. The criticism is judged on the global-attention
+    models only ("holds": unresolved, below ORDER_LEVEL; "fails": resolved); the window
+    models, which the criticism itself expects to resolve, are a contrast reading of their
+    own ("holds": resolved, above ORDER_LEVEL)."""
+    T = int(scores["length"].max())
+    last = order[(order.octave == order.octave.max())]
+    last = last[last.d == last.d.max()]
+    tests = []
+    for (width, window), g in scores[scores.length == T].groupby(["n_embd", "window"]):
+        name = f"{width} wide" + (f", window {window}" if window else "")  # model_name's
+        wide = g.pivot_table(index="seed", columns="layer", values="score")
+        tests.append((*LONG_CLAIMS[0], name, 1, wide[1], KEEPS_AT, True))
+        tests += [(*LONG_CLAIMS[1], name, i, wide[i], CHANCE + NEAR_CHANCE, True)
+                  for i in wide if i]
+        mine = last[(last.n_embd == width) & (last.window == window)]
+        far = mine.pivot_table(index="seed", columns="layer", values="measured")
+        reading, above = (LONG_CLAIMS[3], True) if window else (LONG_CLAIMS[2], False)
+        tests += [(*reading, name, i, far[i], ORDER_LEVEL, above) for i in far if i]
+    if not tests:
+        raise ValueError("long_claims: no scores to judge")
+    return judge_families(tests, alpha)
+
+
+def resolution_agreement(res: pd.DataFrame) -> pd.Series:
+    """Whether the theory's d*(i) lies in the measured interval, per layer-1 row of
+    ``long_context.resolution`` (NaN read as "beyond every distance tried"): "agrees",
+    "disagrees", or "uninformative" where neither side says anything: the prediction is
+    "unresolved" and the measured interval is not finite at both ends (such a cell agrees
+    whatever the theory says). Indexed as ``res``'s layer-1 rows; score only the informative
+    cells."""
+    rows = res[res.layer == 1]
+    lo, hi, pred = (rows[c].fillna(np.inf) for c in ("d_lo", "d_hi", "predicted"))
+    informative = np.isfinite(pred) | (np.isfinite(lo) & np.isfinite(hi))
+    agrees = np.where((lo <= pred) & (pred <= hi), "agrees", "disagrees")
+    return pd.Series(np.where(informative, agrees, "uninformative"), index=rows.index)
+
+
+# ---------------------------------------------------------------------------------------------
+# early dynamics: what takes the layer-1 pattern away in the first steps of training
+
+EARLY_STEPS = 1_000  # the window read: the first steps, where the collapse happens
+COLLAPSED_BELOW = 0.6  # a run's layer 1 has collapsed once a point in the window is below
+FALLS_AT = 0.7  # reported: the first step where layer 1 is below this
+CAUSE_VERDICTS = ("explains", "does not explain", "no collapse", "cannot tell")
+CAUSE_RULE = (f"per task and ablation, the seed as the unit, on layer 1's score at every "
+              f"curve point up to step {EARLY_STEPS:,}: 'explains' when on every seed the "
+              f"unablated run falls below {COLLAPSED_BELOW} and the ablated run never falls "
+              f"below {KEEPS_AT}; 'does not explain' when on every seed both fall below "
+              f"{COLLAPSED_BELOW}; 'no collapse' when no seed's unablated run falls below "
+              f"{COLLAPSED_BELOW}; otherwise, or with fewer than 3 seeds or unpaired seeds, "
+              f"'cannot tell'")
+MIN_CAUSE_SEEDS = 3  # an every-seed rule on fewer seeds says too little
+
+
+def window_min(steps: Sequence[int], scores: Sequence[float],
+               until: int = EARLY_STEPS) -> float:
+    """The lowest score at the curve points up to step ``until`` (the initialisation, step 0,
+    included when given); NaN when no point lies in the window."""
+    steps, scores = np.asarray(steps), np.asarray(scores, dtype=float)
+    if steps.shape != scores.shape:
+        raise ValueError(f"steps {steps.shape} and scores {scores.shape} differ in shape")
+    inside = scores[steps <= until]
+    return float(inside.min()) if inside.size else float("nan")
+
+
+def first_below(steps: Sequence[int], scores: Sequence[float],
+                level: float = FALLS_AT) -> int | None:
+    """The first curve step whose score is below ``level``, None if none is."""
+    below = [int(s) for s, v in zip(steps, scores, strict=True) if v < level]
+    return below[0] if below else None
+
+
+def collapse_cause(base: Mapping[int, float], ablated: Mapping[int, float]) -> str:
+    """The verdict of ``CAUSE_RULE`` for one task and ablation. ``base`` and ``ablated`` map
+    each seed to its run's ``window_min`` of layer 1 (the unablated run, and the run of the
+    same seed with the ablation). Every seed must be in both."""
+    if set(base) != set(ablated) or len(base) < MIN_CAUSE_SEEDS:
+        return "cannot tell"
+    values = [*base.values(), *ablated.values()]
+    if not all(np.isfinite(values)):
+        return "cannot tell"
+    collapsed = [base[s] < COLLAPSED_BELOW for s in base]
+    if not any(collapsed):
+        return "no collapse"
+    if not all(collapsed):
+        return "cannot tell"
+    if all(ablated[s] >= KEEPS_AT for s in base):
+        return "explains"
+    if all(ablated[s] < COLLAPSED_BELOW for s in base):
+        return "does not explain"
+    return "cannot tell"
+
+
+def largest_gap(steps: Sequence[int], predicted: Sequence[float],
+                measured: Sequence[float]) -> tuple[float, int]:
+    """The theory's agreement along training: the largest |predicted - measured| over the
+    curve points and the step where it is reached."""
+    steps = np.asarray(steps)
+    predicted, measured = (np.asarray(v, dtype=float) for v in (predicted, measured))
+    if not (steps.shape == predicted.shape == measured.shape) or not steps.size:
+        raise ValueError("largest_gap needs one predicted and one measured value per step")
+    gaps = np.abs(predicted - measured)
+    k = int(np.nanargmax(gaps))
+    return float(gaps[k]), int(steps[k])
+
+
+# ---------------------------------------------------------------------------------------------
+# beyond the paper: a NoPE language model on real text (nopelib.core.corpus)
+
+TEXT_CONTEXT = 256  # the text models' trained context (characters)
+TEXT_LENGTHS = (32, 64, 128, 256, 512, 1024)  # held-out lengths scored: within and beyond it
+TEXT_ENCODINGS = ("none", "learned")  # NoPE, and a learned position embedding of its size
+TEXT_MIN_SEEDS = 3  # per encoding: the fewest seeds a text verdict is given on
+# a score: one layer's adjacency score averaged over TEXT_WINDOWS windows of the test books
+# (nopelib.core.corpus.Corpus.windows, seed TEXT_WINDOW_SEED), the same windows for every model
+TEXT_WINDOWS = 32
+TEXT_WINDOW_SEED = 0
+TEXT_CLAIMS = (
+    ("beyond: text, layer 1 shows the pattern at initialisation",
+     "NoPE, initialised: layer 1 above 0.6 at every length"),
+    ("beyond: text, layer 1 shows the pattern after training",
+     "NoPE, trained: layer 1 above 0.6 at every length up to the context"),
+    ("beyond: text, layer 1 in the paper's range after training",
+     "NoPE, trained: layer 1 at least 0.8 at every length up to the context"),
+    ("beyond: text, every layer shows the pattern after training",
+     "NoPE, trained: every layer from 1 above 0.6 at the context length"),
+    ("beyond: text, the pattern reaches past the trained length",
+     "NoPE, trained: layer 1 above 0.6 at every length beyond the context"),
+    ("beyond: text, later layers weaken it (claim 4)",
+     "NoPE, trained: the last layer minus layer 1 below 0 at the context length"),
+    ("beyond: text, what NoPE pays",
+     "test bits per character, NoPE minus learned position, paired by seed, above 0"),
+)
+TEXT_RULE = (f"the seed as the unit (at least {TEXT_MIN_SEEDS} per encoding); a score is the "
+             "mean adjacency score of one layer over the held-out windows of one length; "
+             "one-sided t bounds, each reading one family, holds / fails / cannot tell as for "
+             "the paper's claims; the trained readings only when every trained NoPE seed's "
+             "test bits per character lies below the unigram baseline (else 'not trained')")
+
+
+def text_claims(scores: pd.DataFrame, bpc: pd.DataFrame, baseline_bpc: float,
+                context: int = TEXT_CONTEXT, alpha: float = ALPHA) -> pd.DataFrame:
+    """Every test of the text readings (``TEXT_CLAIMS``), fixed before the text study ran.
+
+    ``scores``: one row per (encoding, stage, seed, layer, length) with the mean adjacency
+    score over that length's held-out windows (stage "init" or "trained"); ``bpc``: one row
+    per (encoding, seed) with ``test_bpc``, the trained model's bits per character on the
+    test books; ``baseline_bpc``: the unigram baseline (the test books' bits per character
+    under the training books' character frequencies); ``context``: the models' trained
+    context, which splits the lengths into within and beyond it. The trained NoPE readings
+    are judged only when every trained NoPE seed beats the baseline, and "what NoPE pays"
+    only when every seed of both encodings does: otherwise they are reported as "not
+    trained" (a model that learned nothing says nothing about trained models). The position
+    probes on text are judged by ``probe_claims``, the probes chapter's rule, unchanged.
+    Rows as ``init_claims``'s, plus ``note``."""
+    need = {"encoding", "stage", "seed", "layer", "length", "score"}
+    if not need <= set(scores.columns) or not {"encoding", "seed", "test_bpc"} <= set(bpc):
+        raise ValueError(f"text_claims: scores need columns {sorted(need)}, bpc needs "
+                         "encoding, seed, test_bpc")
+    seeds = {enc: sorted(bpc.loc[bpc.encoding == enc, "seed"]) for enc in TEXT_ENCODINGS}
+    if any(len(s) < TEXT_MIN_SEEDS for s in seeds.values()) or seeds["none"] != seeds[
+            "learned"]:
+        raise ValueError(f"text_claims: seeds per encoding {seeds}; each needs at least "
+                         f"{TEXT_MIN_SEEDS}, the same for both (the bits are paired by seed)")
+    within = [n for n in TEXT_LENGTHS if n <= context]
+    beyond = [n for n in TEXT_LENGTHS if n > context]
+    nope = scores[scores.encoding == "none"]
+    for stage in ("init", "trained"):
+        have = set(nope.loc[nope.stage == stage, "length"])
+        if set(TEXT_LENGTHS) - have:
+            raise ValueError(f"text_claims: the NoPE {stage} scores lack the lengths "
+                             f"{sorted(set(TEXT_LENGTHS) - have)} of TEXT_LENGTHS")
+
+    def wide(stage: str, length: int) -> pd.DataFrame:  # [seed, layer]
+        at = nope[(nope.stage == stage) & (nope.length == length)]
+        return at.pivot_table(index="seed", columns="layer", values="score")
+
+    floor = CHANCE + NEAR_CHANCE
+    init = _text_init_tests(nope)
+    trained = [(*TEXT_CLAIMS[1], f"{n} chars", 1, wide("trained", n)[1], floor, True)
+               for n in within]
+    trained += [(*TEXT_CLAIMS[2], f"{n} chars", 1, wide("trained", n)[1], KEEPS_AT, True)
+                for n in within]
+    at_context = wide("trained", context)
+    trained += [(*TEXT_CLAIMS[3], f"{context} chars", i, at_context[i], floor, True)
+                for i in at_context if i]
+    trained += [(*TEXT_CLAIMS[4], f"{n} chars", 1, wide("trained", n)[1], floor, True)
+                for n in beyond]
+    last = int(at_context.columns.max())
+    trained.append((*TEXT_CLAIMS[5], f"{context} chars", last,
+                    at_context[last] - at_context[1], 0.0, False))
+    paired = bpc.pivot_table(index="seed", columns="encoding", values="test_bpc")
+    pays = [(*TEXT_CLAIMS[6], "test books", -1, paired["none"] - paired["learned"], 0.0,
+             True)]
+    below = bpc.assign(ok=bpc.test_bpc < baseline_bpc).groupby("encoding")["ok"].all()
+    judged, skipped = init, []
+    for tests, learned in ((trained, bool(below["none"])), (pays, bool(below.all()))):
+        if learned:
+            judged = judged + tests
+        else:
+            skipped += tests
+    table = judge_families(judged, alpha).assign(note="")
+    if skipped:
+        table = pd.concat([table, pd.DataFrame([
+            dict(claim=c, reading=r, group=g, layer=layer, bound=b, above=a, n=len(v),
+                 verdict="cannot tell", note="not trained")
+            for c, r, g, layer, v, b, a in skipped])], ignore_index=True)
+    return table
+
+
+def _text_init_tests(nope: pd.DataFrame) -> list[tuple]:
+    """The initialisation reading's tests: layer 1 of the NoPE models at every length of
+    TEXT_LENGTHS that ``nope`` scores (rows of stage "init")."""
+    at = nope[nope.stage == "init"]
+    tests = []
+    for n in TEXT_LENGTHS:
+        wide = at[at.length == n].pivot_table(index="seed", columns="layer", values="score")
+        if 1 in wide:
+            tests.append((*TEXT_CLAIMS[0], f"{n} chars", 1, wide[1], CHANCE + NEAR_CHANCE,
+                          True))
+    return tests
+
+
+def text_init_claims(scores: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
+    """The first text reading alone (``TEXT_CLAIMS[0]``, judged as in ``text_claims``): NoPE
+    models at initialisation need no training, so a chapter judges it live. ``scores`` as
+    ``text_claims``'s, its NoPE init rows read, at least ``TEXT_MIN_SEEDS`` seeds."""
+    nope = scores[(scores.encoding == "none") & (scores.stage == "init")]
+    if nope.seed.nunique() < TEXT_MIN_SEEDS:
+        raise ValueError(f"text_init_claims: {nope.seed.nunique()} seeds; at least "
+                         f"{TEXT_MIN_SEEDS}")
+    tests = _text_init_tests(nope)
+    if not tests:
+        raise ValueError(f"text_init_claims: no NoPE init scores at lengths {TEXT_LENGTHS}")
+    return judge_families(tests, alpha)
