@@ -11,18 +11,18 @@ import re
 import pandas as pd
 import pytest
 
-from nopelib.book import scorecard
+from nopelib.book import beyond_rows, score_rows, scorecard
 from nopelib.core.model import GPTConfig
 from nopelib.rules import beyond_claims, claims, init_claims
 from nopelib.training.profiles import PROFILES
 
 SPEC = scorecard.SPECS["1: layer 1 jumps to 0.8-1.0"]
-BASE = scorecard._model(GPTConfig())
+BASE = score_rows.model_of(GPTConfig())
 
 
 def test_chapter_defaults_are_the_parameters_cells():
     p = scorecard.chapter_defaults("random_init")
-    cells = json.loads((scorecard.BOOK / "random_init.ipynb").read_text())["cells"]
+    cells = json.loads((score_rows.BOOK / "random_init.ipynb").read_text())["cells"]
     source = next("".join(c["source"]) for c in cells
                   if "parameters" in c["metadata"].get("tags", []))
     names: dict = {}
@@ -40,27 +40,27 @@ def test_chapter_defaults_are_the_parameters_cells():
 
 
 def test_model_labels_name_layers_width_and_the_token_embeddings_sigma():
-    assert scorecard.model_label(GPTConfig()) == "6 layers × 384 wide, token-embedding σ 0.02"
-    assert (scorecard.model_label(PROFILES["study"].model)
+    assert score_rows.model_label(GPTConfig()) == "6 layers × 384 wide, token-embedding σ 0.02"
+    assert (score_rows.model_label(PROFILES["study"].model)
             == "4 layers × 96 wide, token-embedding σ 0.002")
     every = GPTConfig(init_target="all", init_std=0.2)
-    assert scorecard.model_label(every) == "6 layers × 384 wide, σ 0.2 on every weight"
-    assert (scorecard.model_label(GPTConfig(init_mean=4.0))
+    assert score_rows.model_label(every) == "6 layers × 384 wide, σ 0.2 on every weight"
+    assert (score_rows.model_label(GPTConfig(init_mean=4.0))
             == "6 layers × 384 wide, token-embedding mean 4, σ 0.02")
-    assert scorecard.model_label(GPTConfig(causal=False)).endswith(", bidirectional")
-    assert "learned position encoding" in scorecard.model_label(
+    assert score_rows.model_label(GPTConfig(causal=False)).endswith(", bidirectional")
+    assert "learned position encoding" in score_rows.model_label(
         GPTConfig(pos_encoding="learned"))
     # several configurations: each field's range
     grid = [GPTConfig(n_layer=L, n_embd=W) for L in (6, 12, 24) for W in (192, 384, 768)]
-    assert (scorecard.model_label(grid)
+    assert (score_rows.model_label(grid)
             == "6–24 layers × 192–768 wide, token-embedding σ 0.02")
     sigmas = [GPTConfig(init_mean=m, init_std=s) for m in (0.0, 8.0) for s in (0.002, 0.02)]
-    assert (scorecard.model_label(sigmas)
+    assert (score_rows.model_label(sigmas)
             == "6 layers × 384 wide, token-embedding mean 0–8, σ 0.002–0.02")
     with pytest.raises(ValueError, match="mix init targets"):
-        scorecard.model_label([GPTConfig(), every])
+        score_rows.model_label([GPTConfig(), every])
     with pytest.raises(ValueError, match="no configuration"):
-        scorecard.model_label([])
+        score_rows.model_label([])
 
 
 def test_the_paper_grid_is_6_to_24_layers_by_192_to_768_wide_nope_and_causal():
@@ -69,19 +69,19 @@ def test_the_paper_grid_is_6_to_24_layers_by_192_to_768_wide_nope_and_causal():
     outside = [PROFILES["study"].model, GPTConfig(n_layer=5), GPTConfig(n_layer=25),
                GPTConfig(n_embd=186), GPTConfig(n_embd=774), GPTConfig(causal=False),
                GPTConfig(pos_encoding="learned")]
-    assert [scorecard.in_paper_grid(c) for c in inside] == [True] * len(inside)
-    assert [scorecard.in_paper_grid(c) for c in outside] == [False] * len(outside)
-    assert scorecard.in_paper_grid(PROFILES["paper_study"].model)
-    assert scorecard.grid_status([True, True]) == "inside the paper's grid"
-    assert scorecard.grid_status([False]) == "outside the paper's grid"
-    assert scorecard.grid_status([True, False]) == "partly inside the paper's grid"
+    assert [score_rows.in_paper_grid(c) for c in inside] == [True] * len(inside)
+    assert [score_rows.in_paper_grid(c) for c in outside] == [False] * len(outside)
+    assert score_rows.in_paper_grid(PROFILES["paper_study"].model)
+    assert score_rows.grid_status([True, True]) == "inside the paper's grid"
+    assert score_rows.grid_status([False]) == "outside the paper's grid"
+    assert score_rows.grid_status([True, False]) == "partly inside the paper's grid"
     with pytest.raises(ValueError):
-        scorecard.grid_status([])
+        score_rows.grid_status([])
 
 
 def test_the_long_study_models_count_a_sliding_window_as_outside_the_grid():
     runs = [dict(n_embd=w, window=win) for w, win in ((192, None), (768, None), (384, 64))]
-    models = scorecard._long_models(runs, GPTConfig())
+    models = beyond_rows._long_models(runs, GPTConfig())
     assert models["global"] == ("6 layers × 192–768 wide, token-embedding σ 0.02, global "
                                 "attention", scorecard.INSIDE)
     assert models["window"] == ("6 layers × 384 wide, token-embedding σ 0.02, sliding window "
@@ -104,7 +104,7 @@ def _table(verdicts: list[str], means: list[float], reading: str = "layer 1 at l
 
 
 def test_a_row_reads_its_groups_and_names_the_weakest():
-    row = scorecard._row(SPEC, "layer 1 at least 0.8", BASE,
+    row = scorecard.make_row(SPEC, "layer 1 at least 0.8", BASE,
                          _table(["holds", "fails"], [0.95, 0.6]), "group", "live")
     assert row["verdict"] == "partly" and row["reading"] == "layer 1 at least 0.8"
     assert row["model"] == "6 layers × 384 wide, token-embedding σ 0.02"
@@ -113,18 +113,18 @@ def test_a_row_reads_its_groups_and_names_the_weakest():
     assert "5 seeds" in row["evidence"] and "Bonferroni over 4 tests" in row["evidence"]
     assert row["section"] == ('<a href="random_init.html#the-adjacency-score-per-layer">'
                               "random init</a>")
-    assert list(row["groups"].columns) == list(scorecard.GROUP_COLUMNS)
-    held = scorecard._row(SPEC, "layer 1 at least 0.8", BASE,
+    assert list(row["groups"].columns) == list(score_rows.GROUP_COLUMNS)
+    held = scorecard.make_row(SPEC, "layer 1 at least 0.8", BASE,
                           _table(["holds"] * 3, [0.9] * 3), "group", "live")
     assert held["verdict"] == "replicates"
-    undecided = scorecard._row(SPEC, "layer 1 at least 0.8", BASE,
+    undecided = scorecard.make_row(SPEC, "layer 1 at least 0.8", BASE,
                                _table(["holds", "cannot tell"], [0.9, 0.8]), "group", "live")
     assert undecided["verdict"] == "cannot tell"
     probe = _table(["holds"], [0.9]).assign(group="random init, layer 2")
-    named = scorecard._row(SPEC, "layer 1 at least 0.8", BASE, probe, "group",
+    named = scorecard.make_row(SPEC, "layer 1 at least 0.8", BASE, probe, "group",
                            "live")["measured"]
     assert "random init, layer 2, 0.900" in named and named.count("layer") == 1
-    empty = scorecard._row(SPEC, "r", BASE, None, "task", "committed", "no study")
+    empty = scorecard.make_row(SPEC, "r", BASE, None, "task", "committed", "no study")
     assert empty["verdict"] == "untested" and empty["measured"] == "no study"
     assert empty["groups"] is None
 
@@ -132,7 +132,7 @@ def test_a_row_reads_its_groups_and_names_the_weakest():
 def test_a_row_is_one_reading_never_two_anded():
     both = pd.concat([_table(["fails"], [0.6], "a"), _table(["holds"], [0.9], "b")])
     with pytest.raises(ValueError, match="a row is one reading"):
-        scorecard._row(SPEC, "a", BASE, both, "group", "live")
+        scorecard.make_row(SPEC, "a", BASE, both, "group", "live")
 
 
 WEAKEN = "4: later layers weaken it"
@@ -151,13 +151,13 @@ def _fake_study(monkeypatch, verdicts: dict[str, list[str]], studied=("paper_stu
             for claim, reading in claims.TRAINED_CLAIMS
             for task, v in zip(tasks, verdicts.get(reading, ["holds", "holds"]))]
     table = pd.DataFrame(rows)
-    monkeypatch.setattr(scorecard.study, "load_study", lambda profile, t: (
+    monkeypatch.setattr(score_rows.study, "load_study", lambda profile, t: (
         ({t_: {"runs": []} for t_ in tasks}, []) if profile in studied else ({}, list(t))))
-    monkeypatch.setattr(scorecard.study, "stale_tasks", lambda profile, t: [])
-    monkeypatch.setattr(scorecard.study, "study_table", lambda docs: None)
-    monkeypatch.setattr(scorecard.study, "study_accuracy", lambda table, n, **kw: None)
-    monkeypatch.setattr(scorecard.study, "learned_and_judged", lambda acc: (tasks, tasks))
-    monkeypatch.setattr(scorecard.study, "trained_verdicts", lambda docs, acc: (None, table))
+    monkeypatch.setattr(score_rows.study, "stale_tasks", lambda profile, t: [])
+    monkeypatch.setattr(score_rows.study, "study_table", lambda docs: None)
+    monkeypatch.setattr(score_rows.study, "study_accuracy", lambda table, n, **kw: None)
+    monkeypatch.setattr(score_rows.study, "learned_and_judged", lambda acc: (tasks, tasks))
+    monkeypatch.setattr(score_rows.study, "trained_verdicts", lambda docs, acc: (None, table))
     return tasks
 
 
@@ -185,9 +185,9 @@ def test_trained_rows_name_the_profiles_model_and_its_place_in_the_grid(monkeypa
     paper, info = scorecard.trained_rows("paper_study", tasks)
     assert len(paper) == len(claims.TRAINED_CLAIMS)
     assert {(r["verdict"], r["measured"], r["grid"]) for r in paper} == {
-        ("untested", scorecard.NOT_TRAINED, scorecard.INSIDE)}
+        ("untested", score_rows.NOT_TRAINED, scorecard.INSIDE)}
     assert paper[0]["model"].startswith("6 layers × 384 wide, token-embedding σ 0.02")
-    assert info["judged"] == [] and info["note"] == scorecard.NOT_TRAINED
+    assert info["judged"] == [] and info["note"] == score_rows.NOT_TRAINED
 
 
 def test_the_scorecard_puts_the_paper_models_rows_first_and_refs_each_reading(monkeypatch):
@@ -199,7 +199,7 @@ def test_the_scorecard_puts_the_paper_models_rows_first_and_refs_each_reading(mo
     monkeypatch.setattr(scorecard, "long_rows", lambda: [])
     monkeypatch.setattr(scorecard, "text_rows", lambda: [])
     monkeypatch.setattr(scorecard, "probe_rows", lambda pp, studies: [
-        scorecard._row(scorecard.SPECS["5: trained"], scorecard.PROBE_READING, s["model"],
+        scorecard.make_row(scorecard.SPECS["5: trained"], score_rows.PROBE_READING, s["model"],
                        None, "group", "e", s["note"] or "stub") for s in studies])
     card, groups = scorecard.scorecard(("paper_study", "study", "paper_study"))
     assert list(card.columns) == list(scorecard.COLUMNS)
@@ -236,7 +236,7 @@ def test_the_rows_name_the_claims_of_the_rules():
 
 
 def test_long_rows_are_untested_without_the_committed_study(monkeypatch):
-    monkeypatch.setattr(scorecard.results, "load_all", lambda kind: {})
+    monkeypatch.setattr(beyond_rows.results, "load_all", lambda kind: {})
     rows = scorecard.long_rows()
     assert [(r["claim"], r["reading"]) for r in rows] == list(beyond_claims.LONG_CLAIMS)
     assert all(r["verdict"] == "untested" and "long_sequences.html#" in r["section"]
@@ -324,7 +324,7 @@ def test_a_trained_study_in_flight_is_not_judged_on_the_scorecard(monkeypatch):
     from nopelib.studies import study
     docs, _ = study.load_study("study", ["reversal"])
     partial = {"reversal": {**docs["reversal"], "runs": docs["reversal"]["runs"][:2]}}
-    monkeypatch.setattr(scorecard.study, "load_study", lambda profile, tasks: (partial, []))
+    monkeypatch.setattr(score_rows.study, "load_study", lambda profile, tasks: (partial, []))
     rows = scorecard.trained_rows("study", ["reversal"])[0]
     assert rows and all(r["verdict"] == "untested" for r in rows)
     assert "not every seed in yet" in rows[0]["measured"]
@@ -337,7 +337,7 @@ def test_text_rows_judge_the_initialisation_live_and_leave_the_trained_untested(
     frame = pd.DataFrame([dict(encoding="none", stage="init", seed=s, layer=layer, length=n,
                                score=(0.9 if layer else 0.5) + 0.01 * s)
                           for s in seeds for n in lengths for layer in range(5)])
-    monkeypatch.setattr(scorecard, "memo", lambda fn, *args, **kw: fn(*args, **kw))
+    monkeypatch.setattr(beyond_rows, "memo", lambda fn, *args, **kw: fn(*args, **kw))
     monkeypatch.setattr(text_study, "init_scores", lambda profile, s, n: frame)
     rows = scorecard.text_rows()
     assert [r["claim"] for r in rows] == [c for c, _ in beyond_claims.TEXT_CLAIMS]

@@ -1,0 +1,348 @@
+"""The scorecard's rows of the paper's claims: each row's model, and the evidence it is judged on.
+
+A row is one reading of a claim on one model (named, inside or outside the paper's grid),
+judged by ``nopelib.rules`` on the chapters' own studies at their default parameters: the
+initialisation's readings (results 1 to 3), the trained models' (claims 2 and 4) and the
+probes' (claim 5).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+
+from nopelib.core.model import GPTConfig
+from nopelib.core.params import Choice
+from nopelib.core.probe import RidgeConfig
+from nopelib.rules import claims, init_claims
+from nopelib.store.memo import memo
+from nopelib.studies import analysis as an, study
+from nopelib.studies.probe_study import (mlp_studies, paired_differences, random_studies,
+                                         trained_comparison)
+from nopelib.studies.theory_studies import predicted_config_scores
+from nopelib.training.profiles import PROFILES
+
+
+BOOK = Path(__file__).resolve().parents[2] / "book"
+# the trained studies the scorecard shows by default, in order: the paper's model first
+TRAINED_PROFILES = ("paper_study", "study")
+# the scorecard's words: claims.overall's over a reading's groups, and "untested"
+VERDICTS = ("replicates", "partly", "fails", "cannot tell", "untested")
+# one row per reading: ``ref`` is the claim's number with a letter per reading where several
+# readings share the number (the margins figure labels its groups with it)
+COLUMNS = ("ref", "claim", "reading", "model", "grid", "paper", "measured", "verdict",
+           "evidence", "section")
+# one row per reading and group (task, configuration, layer) behind a scorecard row; its
+# ``claim`` is the row's ref and the claim's words ("2c: the pattern holds after training")
+GROUP_COLUMNS = ("claim", "group", "reading", "weakest_layer", "mean", "lo", "hi", "bound",
+                 "above", "verdict")
+
+PAPER_LAYERS = (6, 24)  # the paper's grid (PAPER.md): 6 to 24 layers ...
+PAPER_WIDTHS = (192, 768)  # ... x 192 to 768 wide, NoPE and causal
+INSIDE, OUTSIDE, PARTLY = ("inside the paper's grid", "outside the paper's grid",
+                           "partly inside the paper's grid")
+
+# (claim label in nopelib.rules.claims, the paper's statement, chapter page and section anchor)
+PAPER_ROWS = (
+    ("1: layer 0 is about 0.5", "Layer 0 (the token embeddings) scores about 0.5.",
+     "random_init", "the-adjacency-score-per-layer"),
+    ("1: layer 1 jumps to 0.8-1.0", "After the first causal attention layer the score jumps "
+     "to 0.8-1.0.", "random_init", "the-adjacency-score-per-layer"),
+    ("2: the pattern holds at initialisation, every task", "The pattern holds before "
+     "training, for every task.", "random_init", "the-adjacency-score-per-layer"),
+    ("2: the pattern holds at initialisation, 6-24 layers x 192-768 wide", "It holds for "
+     "6-24 layers and 192-768 widths.", "random_init",
+     "depth-and-width-predicted-then-measured"),
+    ("2: the pattern holds after training", "It holds after training, for every task.",
+     "trained", "the-paper-s-claims"),
+    ("3: sigma <= 0.02 keeps the pattern", "An initialisation with sigma <= 0.02 keeps it "
+     "stable.", "random_init", "the-initialisation-study"),
+    ("3: sigma = 0.2 removes it", "At sigma = 0.2 it is gone.", "random_init",
+     "the-initialisation-study"),
+    ("3: the means 0, 4, 8 matter little", "The means 0, 4 and 8 have little effect.",
+     "random_init", "the-initialisation-study"),
+    ("4: the first layers keep it", "Trained models keep a strong pattern in the first "
+     "layers.", "trained", "the-paper-s-claims"),
+    ("4: later layers weaken it", "It weakens in later layers.", "trained",
+     "the-paper-s-claims"),
+    ("5: random init", "Cosine-similarity features predict position better than variance "
+     "features (random initialisation).", "probes",
+     "cosine-against-variance-paired-with-the-model-as-the-unit"),
+    ("5: random init, the paper's MLP probe", "The same, with the paper's probe (a 4-layer "
+     "MLP).", "probes", "the-paper-s-probe-a-4-layer-mlp-beside-the-ridge"),
+    ("5: trained", "The same for trained models.", "probes", "trained-models"),
+    ("6: beyond ~30 tokens", "A limit the authors admit: sequences of about 30 tokens only.",
+     "random_init", "length-beyond-the-paper-s-inputs-with-and-without-repeats"),
+)
+SPECS = {spec[0]: spec for spec in PAPER_ROWS}
+# the probe claim's reading (init_claims.probe_claims: both metrics at every layer from 1)
+PROBE_READING = "cosine features: lower NRMSE and higher R, every layer from 1"
+NOT_TRAINED = "not yet trained"
+
+
+# ---------------------------------------------------------------------------------------------
+# the model of a row
+
+
+def in_paper_grid(config: GPTConfig) -> bool:
+    """Whether ``config`` is a model of the paper's grid: a causal decoder with no position
+    encoding, 6 to 24 layers and 192 to 768 wide (PAPER.md). The initialisation is not part of
+    the grid (the paper varies it on the base model); ``model_label`` names it."""
+    return (PAPER_LAYERS[0] <= config.n_layer <= PAPER_LAYERS[1]
+            and PAPER_WIDTHS[0] <= config.n_embd <= PAPER_WIDTHS[1]
+            and config.pos_encoding == "none" and config.causal)
+
+
+def grid_status(inside: Sequence[bool]) -> str:
+    """A row's words for whether its models (``in_paper_grid`` of each) lie in the paper's
+    grid: INSIDE when all do, OUTSIDE when none does, else PARTLY."""
+    inside = [bool(x) for x in inside]
+    if not inside:
+        raise ValueError("grid_status: no model")
+    return INSIDE if all(inside) else OUTSIDE if not any(inside) else PARTLY
+
+
+def span_text(values: Sequence[float]) -> str:
+    vals = sorted(set(values))
+    return f"{vals[0]:g}" if len(vals) == 1 else f"{vals[0]:g}–{vals[-1]:g}"
+
+
+def model_label(configs: GPTConfig | Sequence[GPTConfig]) -> str:
+    """A model's words: layers x width and the initial standard deviation of the token
+    embedding, e.g. "6 layers × 384 wide, token-embedding σ 0.02" (``init_target``
+    "embedding": only the token embedding is drawn at ``init_std``; "all": "σ 0.2 on every
+    weight"), with the mean where it is not 0, a position encoding and a bidirectional mask
+    where there is one. Several configurations give each field's range ("6–24 layers ×
+    192–768 wide")."""
+    configs = [configs] if isinstance(configs, GPTConfig) else list(configs)
+    if not configs:
+        raise ValueError("model_label: no configuration")
+    targets = {c.init_target for c in configs}
+    if len(targets) > 1:
+        raise ValueError(f"model_label: the configurations mix init targets {sorted(targets)}")
+    means, stds = [c.init_mean for c in configs], [c.init_std for c in configs]
+    init = f"σ {span_text(stds)}" if not any(means) else f"mean {span_text(means)}, σ {span_text(stds)}"
+    init = f"token-embedding {init}" if targets == {"embedding"} else f"{init} on every weight"
+    label = (f"{span_text([c.n_layer for c in configs])} layers × "
+             f"{span_text([c.n_embd for c in configs])} wide, {init}")
+    encodings = sorted({c.pos_encoding for c in configs} - {"none"})
+    if encodings:
+        label += f", {' or '.join(encodings)} position encoding"
+    if not any(c.causal for c in configs):
+        label += ", bidirectional"
+    elif not all(c.causal for c in configs):
+        label += ", causal or bidirectional"
+    return label
+
+
+def model_of(configs: GPTConfig | Sequence[GPTConfig], note: str = "") -> tuple[str, str]:
+    """A row's (model label, grid words) for ``configs``, ``note`` appended to the label."""
+    configs = [configs] if isinstance(configs, GPTConfig) else list(configs)
+    return model_label(configs) + note, grid_status([in_paper_grid(c) for c in configs])
+
+
+# ---------------------------------------------------------------------------------------------
+# the rows
+
+
+def chapter_defaults(chapter: str) -> dict[str, object]:
+    """The default parameters of a chapter: the values its cell tagged ``parameters``
+    assigns (those papermill would override)."""
+    cells = json.loads((BOOK / f"{chapter}.ipynb").read_text())["cells"]
+    source = next(("".join(c["source"]) for c in cells
+                   if "parameters" in c.get("metadata", {}).get("tags", [])), None)
+    if source is None:
+        raise ValueError(f"chapter={chapter!r} has no cell tagged 'parameters'")
+    names: dict[str, object] = {}
+    # the cell is plain assignments of literals (list(range(n)) at most): run it with no
+    # builtins but those two
+    exec(compile(ast.parse(source), f"{chapter}.ipynb", "exec"),
+         {"__builtins__": {"list": list, "range": range}}, names)
+    return names
+
+
+def init_evidence(p: Mapping[str, object]) -> dict[str, pd.DataFrame]:
+    """The random-init chapter's studies at its parameters ``p``: the base model per task,
+    the initialisation study, the depth-and-width grid with its closed-form prediction, and
+    the controls (the same cached calls as the chapter's)."""
+    seeds, n = list(range(p["n_seeds"])), p["inputs_per_task"]
+    grid_seeds, grid_n = list(range(p["grid_seeds"])), p["grid_inputs_per_task"]
+    grid_configs = an.grid_overrides(p["grid_layers"], p["grid_widths"])
+    return dict(
+        base=memo(an.task_scores, GPTConfig(), seeds, n),
+        init=memo(an.config_scores, an.init_overrides(p["init_means"], p["init_stds"]),
+                  seeds, n),
+        grid=memo(an.config_scores, grid_configs, grid_seeds, grid_n),
+        grid_pred=predicted_config_scores(grid_configs, grid_seeds, grid_n),
+        controls=memo(an.config_scores, an.control_overrides(), seeds, n),
+    )
+
+
+def link(page: str, anchor: str) -> str:
+    return f'<a href="{page}.html#{anchor}">{page.replace("_", " ")}</a>'
+
+
+def make_row(spec: tuple[str, str, str, str], reading: str, model: tuple[str, str],
+             table: pd.DataFrame | None, by: str, evidence: str, note: str = "") -> dict:
+    """The scorecard row of one reading of a claim (``spec``: a PAPER_ROWS entry) on one
+    ``model`` (``model_of``'s label and grid words) from the reading's ``claims.claim_table``
+    rows (None or empty: untested, ``note`` as the measurement): its groups (``by``) combined
+    by ``claims.overall``, the weakest group's interval as the measurement."""
+    claim, paper, page, anchor = spec
+    row = dict(claim=claim, reading=reading, model=model[0], grid=model[1], paper=paper,
+               section=link(page, anchor))
+    if table is None or table.empty:
+        return dict(row, measured=note or "not measured", verdict="untested",
+                    evidence=evidence, groups=None)
+    if set(table["reading"]) != {reading}:
+        raise ValueError(f"{claim}: a row is one reading ({reading!r}), not "
+                         f"{sorted(set(table['reading']))}")
+    per_group = table.groupby(by, sort=False).verdict.apply(claims.combine)
+    order = {"fails": 0, "cannot tell": 1, "holds": 2}
+    margin = (table["lo"] - table["bound"]).where(table["above"], table["bound"] - table["hi"])
+    worst = table.assign(rank=table.verdict.map(order), margin=margin).sort_values(
+        ["rank", "margin"]).iloc[0]
+    counts = per_group.value_counts()
+    tally = ", ".join(f"{v} on {counts[v]}" for v in claims.VERDICTS if v in counts)
+    side = ">" if worst["above"] else "<"
+    where = str(worst[by])  # a probe's group names its layer already
+    if "layer" not in where:
+        where += f", layer {int(worst['weakest_layer'])}"
+    measured = (f"{tally} of {len(per_group)}; nearest to failing: {where}, "
+                f"{worst['mean']:.3f} [{worst['lo']:.3f}, "
+                f"{worst['hi']:.3f}] (the claim: {side} {worst['bound']:g})")
+    evidence += (f"; {int(table['n'].min())} seeds, one-sided t bounds: holds at level "
+                 f"{1 - worst['holds_level']:g} per test, fails Bonferroni over "
+                 f"{int(worst['m'])} tests")
+    groups = table.rename(columns={by: "group"})[list(GROUP_COLUMNS)]
+    return dict(row, measured=measured + note, verdict=claims.overall(per_group),
+                evidence=evidence, groups=groups)
+
+
+def init_rows(ev: Mapping[str, pd.DataFrame], p: Mapping[str, object]) -> list[dict]:
+    """The rows of results 1 to 3 (random initialisation) from ``init_evidence``, one per
+    reading of ``init_claims.INIT_CLAIMS``: the base model, the grid's configurations, the
+    initialisation study's (token-embedding reading) for the sigma rows."""
+    table = claims.claim_table(init_claims.init_claims(ev["base"], ev["init"], ev["grid"]),
+                               by="group")
+    base = GPTConfig()
+    grid = [replace(base, **o) for o in an.grid_overrides(p["grid_layers"], p["grid_widths"])]
+
+    def sigmas(keep) -> list[GPTConfig]:  # the initialisation study's configurations judged
+        return [replace(base, init_mean=float(m), init_std=float(s))
+                for m in p["init_means"] for s in p["init_stds"] if keep(s)]
+
+    live = f"live: random models, {p['inputs_per_task']} inputs per task per seed"
+    grid_live = (f"live: {len(grid)} depth-width configurations, "
+                 f"{p['grid_inputs_per_task']} inputs per task per seed")
+    sigma_live = f"{live}; the token-embedding reading of the initialisation study"
+    study_note = ", the initialisation study"
+    keeps, removes, means = (c for c, _ in init_claims.INIT_CLAIMS[4:7])
+    models = {  # claim -> (model, evidence)
+        init_claims.INIT_CLAIMS[3][0]: (model_of(grid, ", the grid"), grid_live),
+        keeps: (model_of(sigmas(lambda s: s <= 0.02), study_note), sigma_live),
+        removes: (model_of(sigmas(lambda s: s >= 0.2), study_note), sigma_live),
+        means: (model_of(sigmas(lambda s: s <= 0.02), study_note), sigma_live),
+    }
+    rows = []
+    for claim, reading in init_claims.INIT_CLAIMS:
+        model, evidence = models.get(claim, (model_of(base), live))
+        mine = table[(table.claim == claim) & (table.reading == reading)]
+        rows.append(make_row(SPECS[claim], reading, model, mine, "group", evidence))
+    return rows
+
+
+def _tag_groups(row: dict, profile: str) -> dict:
+    """``row`` with its groups named after the trained ``profile`` too (two profiles judge
+    the same reading on the same tasks)."""
+    if row["groups"] is not None:
+        row["groups"] = row["groups"].assign(group=row["groups"]["group"] + f" ({profile})")
+    return row
+
+
+def trained_rows(profile: str, tasks: Sequence[str]) -> tuple[list[dict], dict]:
+    """The rows of results 2 (after training) and 4 from the committed study of ``profile``,
+    one per reading of ``claims.TRAINED_CLAIMS``: judged on the tasks learned with margin,
+    "untested" where there is none or no study ("not yet trained"). Also returns what the
+    probe rows need: the profile, its model, the study's files, the judged tasks and the
+    note an untested row gives."""
+    prof = PROFILES[profile]
+    model = model_of(prof.model, f", trained ({profile} profile)")
+    docs, _ = study.load_study(profile, tasks)
+    evidence = f"committed study, {profile} profile, whole test split ({prof.n_test:,})"
+    info = dict(profile=profile, model=model, docs=docs, judged=[], note="")
+    if not docs:
+        stale = study.stale_tasks(profile, tasks)
+        note = NOT_TRAINED if not stale else (
+            f"committed study of {', '.join(stale)} stale (trained under an earlier profile)")
+        info["note"] = note
+        return [make_row(SPECS[c], r, model, None, "task", f"no committed study of the "
+                         f"{profile} profile", note) for c, r in claims.TRAINED_CLAIMS], info
+    # a study in flight holds fewer seeds than its profile: a task is judged at all of them
+    acc = study.study_accuracy(study.study_table(docs), prof.n_test,
+                               n_seeds=len(prof.seeds))
+    _, judged = study.learned_and_judged(acc)
+    left = [t for t in tasks if t not in judged]
+    note = (f"; not judged: {', '.join(left)} (not in the study, not every seed in yet, or "
+            "not learned with margin)") if left else ""
+    verdicts = study.trained_verdicts(docs, acc)[1] if judged else None
+    info.update(judged=judged, note="no trained task learned with margin")
+    rows = []
+    for claim, reading in claims.TRAINED_CLAIMS:
+        mine = None if verdicts is None else verdicts[(verdicts.claim == claim)
+                                                      & (verdicts.reading == reading)]
+        rows.append(_tag_groups(make_row(SPECS[claim], reading, model, mine, "task", evidence,
+                                         note if judged else info["note"] + note), profile))
+    return rows, info
+
+
+def probe_rows(pp: Mapping[str, object], trained: Sequence[Mapping]) -> list[dict]:
+    """The rows of result 5: the random-init comparison at the probes chapter's parameters
+    ``pp`` (live, the base model), and per trained study (``trained_rows``'s second value)
+    its models of the judged tasks."""
+    seeds = list(pp["model_seeds"])
+    table = random_studies(seeds, pp["T"], pp["w"], pp["n_fit_tokens"], RidgeConfig())
+    comp = init_claims.probe_claims(paired_differences(table[~table.shuffled], "seed"),
+                               model="seed")
+    mlp = mlp_studies(seeds, pp["T"], pp["w"], pp["mlp_fit_tokens"])
+    mlp_comp = init_claims.probe_claims(paired_differences(mlp, "seed"), model="seed")
+    ridge_spec, mlp_spec, trained_spec = (s for s in PAPER_ROWS if s[0].startswith("5"))
+    live = (f"live: {len(seeds)} random models, window {pp['w']}, length {pp['T']}, "
+            "paired per model")
+    base = model_of(GPTConfig())
+    rows = [_probe_row(ridge_spec, base, comp.reset_index().assign(group="random init"),
+                       f"{live}, ridge probe on {pp['n_fit_tokens']:,} fitting tokens"),
+            _probe_row(mlp_spec, base, mlp_comp.reset_index().assign(group="random init"),
+                       f"{live}, MLP probe on {pp['mlp_fit_tokens']:,} fitting tokens")]
+    for info in trained:
+        if not info["judged"]:
+            rows.append(make_row(trained_spec, PROBE_READING, info["model"], None, "group",
+                                 f"committed study, {info['profile']} profile", info["note"]))
+            continue
+        # the probes chapter's trained verdict: each layer minus the same model's layer 0
+        comp = trained_comparison(info["docs"], info["judged"], subtract_format=True
+                                  ).reset_index().rename(columns={"task": "group"})
+        rows.append(_tag_groups(_probe_row(
+            trained_spec, info["model"], comp, f"committed study's models, {info['profile']} "
+            "profile, the model as the unit, format-subtracted (each layer minus the same "
+            "model's layer 0)"), info["profile"]))
+    return rows
+
+
+def _probe_row(spec: tuple[str, str, str, str], model: tuple[str, str], comp: pd.DataFrame,
+               evidence: str) -> dict:
+    """A probe comparison's row: one test per (group, layer) on the NRMSE difference (cosine
+    minus variance; the claim says below 0), its verdict the layer's (both metrics)."""
+    verdict = comp.verdict.map({"cosine": "holds", "variance": "fails"}).fillna("cannot tell")
+    table = pd.DataFrame(dict(
+        claim=spec[0], reading=PROBE_READING, group=comp["group"] + ", layer "
+        + comp["layer"].astype(str), weakest_layer=comp["layer"], mean=comp["d_nrmse"],
+        lo=comp["d_nrmse lo"], hi=comp["d_nrmse hi"], bound=0.0, above=False, n=comp["n"],
+        m=comp["m"], holds_level=comp["holds_level"], fails_level=comp["fails_level"],
+        verdict=verdict))
+    return make_row(spec, PROBE_READING, model, table, "group", evidence)
