@@ -23,7 +23,7 @@ from nopelib.core.tasks import (EOS_ID, MAX_SEQ_LEN, TASKS, VOCAB, encode, encod
 from nopelib.store import sources
 from nopelib.studies import results
 from nopelib.studies.analysis import random_model
-from nopelib.training import launch, profiles, runs as rc
+from nopelib.training import exact_match, launch, profiles, runs as rc
 
 TINY = replace(
     profiles.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
@@ -124,7 +124,7 @@ def test_evaluate_exact_match_counts_only_exact_answers():
     wrong = lambda text: text[0] in "13579"  # noqa: E731
     expected = sum(not wrong(x) for x, _ in pairs) / len(pairs)
     assert 0 < expected < 1
-    for accuracy in (tr.evaluate, tr.greedy_accuracy):
+    for accuracy in (tr.evaluate, exact_match.greedy_accuracy):
         assert accuracy(OracleModel("addition"), pairs, batch_size=7) == 1.0
         assert accuracy(OracleModel("addition", no_eos=True), pairs, batch_size=7) == 0.0
         assert accuracy(OracleModel("addition", wrong=wrong), pairs, batch_size=7) == pytest.approx(expected)
@@ -136,28 +136,28 @@ def test_teacher_forced_evaluation_equals_greedy_decoding():
                    n_train=2000, log_every=100)
     model, _ = tr.train("reversal", 0, prof, torch.device("cpu"), progress=False)
     pairs = make_split("reversal", 1, n_train=0, n_test=300).test
-    reference = tr.greedy_accuracy(model, pairs, batch_size=64)
+    reference = exact_match.greedy_accuracy(model, pairs, batch_size=64)
     assert 0 < reference < 1, reference  # some answers right, some wrong
-    assert tr.evaluate(model, pairs, batch_size=64) == reference
+    assert exact_match.evaluate(model, pairs, batch_size=64) == reference
     for pair in pairs[:40]:  # row by row: the same verdict on every single pair
-        assert tr.evaluate(model, [pair]) == tr.greedy_accuracy(model, [pair])
+        assert exact_match.evaluate(model, [pair]) == exact_match.greedy_accuracy(model, [pair])
 
 
 def test_evaluate_untrained_model_scores_low():
     torch.manual_seed(0)
     model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32)).eval()
     pairs = make_split("reversal", 0, n_train=0, n_test=100).test
-    assert tr.evaluate(model, pairs, batch_size=32) < 0.05
+    assert exact_match.evaluate(model, pairs, batch_size=32) < 0.05
 
 
 def test_evaluate_rejects_empty_pairs_and_bad_batch():
-    for accuracy in (tr.evaluate, tr.greedy_accuracy):
+    for accuracy in (tr.evaluate, exact_match.greedy_accuracy):
         with pytest.raises(ValueError, match="pairs"):
             accuracy(OracleModel("addition"), [])
         with pytest.raises(ValueError, match="batch_size=0"):
             accuracy(OracleModel("addition"), [("1+2=", "3")], batch_size=0)
     with pytest.raises(ValueError, match="causal"):
-        tr.evaluate(GPT(GPTConfig(n_layer=1, n_head=1, n_embd=8, causal=False)), [("1+2=", "3")])
+        exact_match.evaluate(GPT(GPTConfig(n_layer=1, n_head=1, n_embd=8, causal=False)), [("1+2=", "3")])
 
 
 # --- the cache --------------------------------------------------------------------------------

@@ -52,9 +52,10 @@ from nopelib.core.tasks import CHARS, TASKS, encode_batch, encode_inputs, make_s
 from nopelib.studies.analysis import long_sequence, random_model, similarity_matrices
 from nopelib.tools.bench_chapters import bench_chapters
 from nopelib.tools.bench_report import format_table, write_json
+from nopelib.training.exact_match import evaluate, greedy_accuracy
 from nopelib.training.launch import train_many
 from nopelib.training.profiles import PROFILES
-from nopelib.training.train import adamw, evaluate, greedy_accuracy, train, train_step
+from nopelib.training.train import adamw, train, train_step
 
 ROOT = Path(__file__).resolve().parents[2]
 

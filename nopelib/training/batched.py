@@ -45,9 +45,11 @@ from nopelib.core.model import GPT
 from nopelib.core.tasks import (IGNORE_INDEX, MAX_SEQ_LEN, PAD_ID, encode_batch, make_split,
                                 sample_inputs)
 from nopelib.store.checkpoint import RunCheckpoints
+from nopelib.training.exact_match import evaluate
+from nopelib.training.loop import Checkpointing, fit
 from nopelib.training.profiles import TrainProfile
 from nopelib.training.runs import Job, commit_run, score
-from nopelib.training.train import TRAJECTORY_SEED, Checkpointing, evaluate, fit, trajectory_scores
+from nopelib.training.train import TRAJECTORY_SEED, trajectory_scores
 
 
 class _Loss(nn.Module):

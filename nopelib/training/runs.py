@@ -47,8 +47,9 @@ from nopelib.core.tasks import TASKS, get_task, make_split
 from nopelib.store import cache, sources
 from nopelib.store.cache import resolve_cache_dir
 from nopelib.store.checkpoint import KEEP, RunCheckpoints
+from nopelib.training.exact_match import evaluate
 from nopelib.training.profiles import TrainProfile, check_seed, get_profile
-from nopelib.training.train import evaluate, train
+from nopelib.training.train import train
 
 
 @dataclass
