@@ -13,13 +13,13 @@ from nopelib.core.metrics import (layer_scores, length_groups, adjacency_score,
 from nopelib.core.model import GPTConfig
 from nopelib.core.tasks import TASKS, encode_inputs
 from nopelib.rules.claims import LEARNED_AT
-from nopelib.studies.analysis import (band_region, config_scores, is_learned, layer_matrix,
-                                      layer_mean_std, length_scores, lift_over_layer0,
-                                      long_sequence, mean_std_table, paired_difference,
-                                      permutation_gap, random_model, pairwise_differences, per_seed,
-                                      reading_means, rise_to_last_layer, sample_inputs,
-                                      seed_margins, seed_series, similarity_matrices, slider_frames,
-                                      task_scores)
+from nopelib.studies.analysis import (band_region, config_scores, layer_mean_std, length_scores,
+                                      lift_over_layer0, mean_std_table, paired_difference,
+                                      reading_means, rise_to_last_layer, sample_inputs, seed_series,
+                                      slider_frames, task_scores)
+from nopelib.studies.margins import pairwise_differences, per_seed, seed_margins
+from nopelib.studies.one_model import (is_learned, layer_matrix, long_sequence, permutation_gap,
+                                       random_model, similarity_matrices)
 
 TINY = GPTConfig(n_layer=2, n_head=2, n_embd=32)
 
@@ -159,7 +159,7 @@ def test_adjacency_score_with_diagonal_matches_its_definition() -> None:
 
 
 def test_length_scores_many_sequences_and_iid_control() -> None:
-    from nopelib.studies.analysis import length_tokens
+    from nopelib.studies.one_model import length_tokens
     frame, _ = length_scores([8, 30], [0, 1], base=TINY, n_seqs=2, vocab_size=500)
     assert len(frame) == 2 * 2 * 2 * (TINY.n_layer + 1)
     assert sorted(frame.seq.unique()) == [0, 1]

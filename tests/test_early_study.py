@@ -11,7 +11,7 @@ import pytest
 
 from nopelib.core.model import GPTConfig
 from nopelib.core.params import ALLOW_SLOW_ENV
-from nopelib.rules import beyond_claims, claims
+from nopelib.rules import beyond_claims
 from nopelib.store import cache
 from nopelib.studies import early_study, result_schema, results
 from nopelib.training import profiles

@@ -15,7 +15,7 @@ import torch
 from nopelib.book import viz
 from nopelib.core import metrics, tasks
 from nopelib.store import cache
-from nopelib.studies import results, analysis, grid
+from nopelib.studies import analysis, grid, one_model, results
 from nopelib.training import profiles, runs as rc
 
 
@@ -55,7 +55,7 @@ def test_tiny_grid_writes_a_summary_and_resumes(tmp_path, capsys):
     row = runs.iloc[-1]
     prof = next(p for p in tiny.profiles if p.name == row["profile"])
     texts = tasks.sample_inputs(row["task"], tiny.n_inputs, seed=0)
-    before = metrics.layer_scores(analysis.random_model(prof.model, int(row["seed"])), texts)
+    before = metrics.layer_scores(one_model.random_model(prof.model, int(row["seed"])), texts)
     assert np.allclose(row["adjacency_before"], before.mean(axis=0), atol=1e-6)
     assert row["adjacency_before"] != row["adjacency_after"]  # training changed the model
     # again: every run comes from the cache, the same numbers

@@ -13,7 +13,7 @@ from nopelib.core.probe import (FEATURE_SETS, ProbeConfig, RidgeConfig, probe_mo
                                 variance_window_features, window_positions)
 from nopelib.core.tasks import CHARS, decode, encode, make_split
 from nopelib.rules import claims, init_claims
-from nopelib.studies.analysis import random_model
+from nopelib.studies.one_model import random_model
 from nopelib.studies.probe_study import (CHAPTER_PARAMS, format_lift, metric_intervals,
                                          paired_differences, random_study, sequences_for,
                                          task_sequences, trained_study, verdict_layers,

@@ -18,7 +18,7 @@ from nopelib.core.model import GPTConfig
 from nopelib.core.tasks import sample_inputs
 from nopelib.rules import claims
 from nopelib.studies import results, study
-from nopelib.studies.analysis import random_model
+from nopelib.studies.one_model import random_model
 from nopelib.training.profiles import PROFILES
 
 BOOK = Path(__file__).resolve().parents[1] / "book"

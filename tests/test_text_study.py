@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from nopelib.core import corpus
-from nopelib.rules import beyond_claims, claims
+from nopelib.rules import beyond_claims
 from nopelib.store import checkpoint as ck
 from nopelib.studies import results, text_study as ts
 from nopelib.training import text_lm as tl

@@ -7,7 +7,7 @@ import torch
 from nopelib.averaging import theory as th, theory_config as thc
 from nopelib.core.metrics import adjacency_score, cosine_similarity_matrix
 from nopelib.studies import theory_studies as ts
-from nopelib.studies.analysis import random_model
+from nopelib.studies.one_model import random_model
 
 
 def test_uniform_cosine_matrix_closed_form_and_ideal_score():
@@ -496,7 +496,8 @@ def test_prediction_table_and_listing() -> None:
 
 
 def test_length_study_against_the_closed_form() -> None:
-    from nopelib.studies.analysis import length_scores, length_tokens
+    from nopelib.studies.analysis import length_scores
+    from nopelib.studies.one_model import length_tokens
     from nopelib.core.model import GPTConfig
     base = GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=24)
     sources = {"task alphabet": None, "i.i.d. control": 500}

@@ -22,7 +22,7 @@ from nopelib.core.tasks import (EOS_ID, MAX_SEQ_LEN, TASKS, VOCAB, encode, encod
                                 make_split, sample_inputs)
 from nopelib.store import sources
 from nopelib.studies import results
-from nopelib.studies.analysis import random_model
+from nopelib.studies.one_model import random_model
 from nopelib.training import exact_match, launch, profiles, runs as rc
 
 TINY = replace(

@@ -17,7 +17,6 @@ from pathlib import Path
 import pandas as pd
 
 from nopelib.core.model import GPTConfig
-from nopelib.core.params import Choice
 from nopelib.core.probe import RidgeConfig
 from nopelib.rules import claims, init_claims
 from nopelib.store.memo import memo

@@ -377,7 +377,7 @@ def init_explorer(compute: Callable[..., tuple[np.ndarray, float]], labels: Sequ
                   n_layer: int) -> Callable[[str, float, float, int], None]:
     """A function for ``ipywidgets.interact_manual``: ``show(reading, mean, log10_std,
     layer)`` draws ``compute(layer=, init_target=, init_mean=, init_std=)``, a similarity
-    matrix and its adjacency score (e.g. ``analysis.layer_matrix`` with its text bound)."""
+    matrix and its adjacency score (e.g. ``one_model.layer_matrix`` with its text bound)."""
     def show(reading: str = "embedding", mean: float = 0.0, log10_std: float = -1.7,
              layer: int = min(1, n_layer)) -> None:
         std = 10.0 ** log10_std

@@ -9,7 +9,6 @@ short. Every study builds freshly initialised models with ``random_model``.
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -19,104 +18,22 @@ import pandas as pd
 import torch
 
 from nopelib.core.metrics import adjacency_score, cosine_similarity_matrix, layer_scores
-from nopelib.core.model import GPT, GPTConfig
+from nopelib.core.model import GPTConfig
 from nopelib.core.params import Choice, Cost, Float, Int, ListOf
 from nopelib.core.stats import summarize
-from nopelib.core.tasks import TASKS, encode_inputs, get_task, sample_inputs
-from nopelib.rules.claims import LEARNED_AT
+from nopelib.core.tasks import TASKS, sample_inputs
+from nopelib.studies.one_model import length_tokens, random_model, similarity_matrices, study_texts
 
 # ---------------------------------------------------------------------------------------------
 # inputs and models
-
-
-def random_model(config: GPTConfig | None = None, seed: int = 0,
-                 device: str | torch.device = "cpu", **overrides) -> GPT:
-    """A freshly initialised model in eval mode; ``overrides`` replace fields of ``config``."""
-    if type(seed) is not int or not 0 <= seed < 2**63:  # torch.manual_seed's range
-        raise ValueError(f"seed={seed!r} must be an integer in [0, 2**63)")
-    config = replace(config or GPTConfig(), **overrides)
-    torch.manual_seed(seed)
-    return GPT(config).to(device).eval()
-
-
-def longest_input(task: str, seed: int = 0, tries: int = 2000) -> str:
-    """An input of the task's maximal length, for heatmaps that should show every position."""
-    t = get_task(task)
-    rng = random.Random(f"longest-{task}-{seed}")
-    for _ in range(tries):
-        text, _ = t.sample(rng)
-        if len(text) == t.max_input_len:
-            return text
-    raise RuntimeError(f"{task}: no input of length {t.max_input_len} in {tries} draws")
-
-
-def long_sequence(length: int, seed: int = 0) -> str:
-    """Task inputs of all four tasks, drawn in random order and concatenated, cut to ``length``.
-
-    The characters and local formats are the tasks' own; only the length is beyond them.
-    """
-    if length < 3:
-        raise ValueError(f"length={length!r} must be >= 3")
-    rng = random.Random(f"long-{seed}")
-    names = list(TASKS)
-    parts, n = [], 0
-    while n < length:
-        text, _ = get_task(rng.choice(names)).sample(rng)
-        parts.append(text)
-        n += len(text)
-    return "".join(parts)[:length]
 
 
 # ---------------------------------------------------------------------------------------------
 # one model
 
 
-@torch.no_grad()
-def similarity_matrices(model: GPT, text: str) -> np.ndarray:
-    """Self-cosine-similarity matrix of one text at every layer: [n_layer + 1, T, T]."""
-    idx, _ = encode_inputs([text])
-    states = model.hidden_states(idx.to(next(model.parameters()).device)).float().cpu()
-    return cosine_similarity_matrix(states[:, 0]).numpy()
-
-
-@torch.no_grad()
-def permutation_gap(model: GPT, text: str, seed: int = 0) -> float:
-    """Largest |h(x)[perm] - h(x[perm])| over every layer, position and feature, for one random
-    permutation of the positions of ``text`` (drawn with ``seed``): 0 up to float rounding for
-    a permutation-equivariant model (bidirectional attention without a position encoding)."""
-    idx, _ = encode_inputs([text])  # [1, T]
-    perm = torch.randperm(idx.shape[1], generator=torch.Generator().manual_seed(seed))
-    h = model.hidden_states(idx)  # [L+1, 1, T, d]
-    h_perm = model.hidden_states(idx[:, perm])
-    return (h[:, :, perm] - h_perm).abs().max().item()
-
-
-def layer_matrix(text: str, layer: int, base: GPTConfig | None = None, seed: int = 0,
-                 **overrides) -> tuple[np.ndarray, float]:
-    """Similarity matrix [T, T] of ``text`` at one layer of a fresh random model (``base`` with
-    ``overrides``, e.g. ``init_std``), and its adjacency score."""
-    matrix = similarity_matrices(random_model(base, seed=seed, **overrides), text)[layer]
-    return matrix, float(adjacency_score(matrix))
-
-
-
-
-def is_learned(metrics: Sequence[Mapping], n_test: int) -> bool:
-    """The book's learnedness criterion for one task: every seed's run (its metrics, with
-    ``accuracy`` and ``n_test``) reaches ``LEARNED_AT`` exact match on the whole test split
-    of ``n_test`` examples. Claims about trained models are made on learned tasks only."""
-    return bool(metrics) and all(m["accuracy"] >= LEARNED_AT and m["n_test"] == n_test
-                                 for m in metrics)
-
-
 # ---------------------------------------------------------------------------------------------
 # studies over many random models
-
-
-def study_texts(inputs_per_task: int, seed: int) -> list[str]:
-    """The inputs a study scores for one seed: ``inputs_per_task`` of every task, in task order
-    (drawn with the seed, as in the Figure 1 study)."""
-    return [t for task in TASKS for t in sample_inputs(task, inputs_per_task, seed=seed)]
 
 
 # the controls' (causal, position encoding) pairs: NoPE, bidirectional NoPE, and the encodings
@@ -278,80 +195,6 @@ def mean_std_table(scores: pd.DataFrame, by: Sequence[str], digits: int = 3) -> 
 
 # ---------------------------------------------------------------------------------------------
 # outcomes against the spread over seeds
-
-MARGIN_SDS = 1.0  # a chapter asserts an outcome only where its margin exceeds this many sds
-SIDES = ("above", "below", "within")
-
-
-def per_seed(scores: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
-    """Scores with columns ``by``, ``seed``, ``layer``, ``score`` (``task_scores``,
-    ``config_scores``) as one row per (group of ``by``, seed) and one column per layer, each
-    seed's rows (tasks, configurations) averaged first."""
-    return scores.groupby([*by, "seed", "layer"]).score.mean().unstack("layer")
-
-
-def seed_margins(values: pd.Series | pd.DataFrame, bound: float, side: str = "above",
-                 units: Sequence[str] = ("seed",)) -> pd.DataFrame:
-    """How far each statistic's mean over units lies on the claimed side of ``bound``, in
-    units of its spread over them: what decides whether a chapter may assert an outcome.
-
-    ``values`` holds one value per unit: index levels ``units`` (the model seed; a sequence
-    is ``("seed", "seq")``), any other index levels and, for a DataFrame, the columns (e.g.
-    layers) name the statistics; missing values are dropped. ``side``: the mean is "above"
-    ``bound``, "below" it, or "within" it of zero (|mean| <= ``bound``; centre the values
-    first). One row per statistic: ``mean``, ``sd`` (ddof=1) and ``n`` over units,
-    ``margin`` (positive on the claimed side), ``in_sd`` (margin / sd) and ``verdict``:
-    "holds" where the margin exceeds MARGIN_SDS sds, "fails" where it falls short of the
-    bound by as much, else "cannot tell" (always with fewer than two units)."""
-    if side not in SIDES:
-        raise ValueError(f"side={side!r} must be one of {SIDES}")
-    long = values.stack() if isinstance(values, pd.DataFrame) else values
-    names = [n if n is not None else "statistic" for n in long.index.names]
-    long = long.set_axis(long.index.set_names(names)).dropna()
-    if missing := [u for u in units if u not in names]:
-        raise ValueError(f"values have no index level {missing} (levels: {names})")
-    if long.empty:
-        raise ValueError("seed_margins: no values: an outcome on nothing is not tested")
-    keys = [n for n in names if n not in units]
-    grouped = long.groupby(keys, sort=False) if keys else long.groupby(lambda _: "all")
-    out = grouped.agg(["mean", "std", "count"]).rename(columns={"std": "sd", "count": "n"})
-    out["margin"] = {"above": out["mean"] - bound, "below": bound - out["mean"],
-                     "within": bound - out["mean"].abs()}[side]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out["in_sd"] = out["margin"] / out["sd"]
-    spread = MARGIN_SDS * out["sd"]  # nan with one unit: neither side is decided
-    out["verdict"] = np.select([out["margin"] > spread, out["margin"] < -spread],
-                               ["holds", "fails"], "cannot tell")
-    return out
-
-
-def pairwise_differences(values: pd.Series | pd.DataFrame,
-                         level: str) -> pd.Series | pd.DataFrame:
-    """Every pair a < b of the values of index level ``level`` (e.g. the means of the
-    initialisation study), per unit: ``values`` at a minus ``values`` at b, the other index
-    levels (the seed among them) kept, indexed by ``level`` + "_a", ``level`` + "_b" first.
-    A paired comparison where one seed draws the same deviations for every value of
-    ``level``; the largest |mean| over the pairs is the spread (max - min) of the means."""
-    keys = sorted(values.index.get_level_values(level).unique())
-    if len(keys) < 2:
-        raise ValueError(f"{level} takes {len(keys)} value(s); a pair needs two")
-    pairs = {(a, b): values.xs(a, level=level) - values.xs(b, level=level)
-             for i, a in enumerate(keys) for b in keys[i + 1:]}
-    return pd.concat(pairs, names=[f"{level}_a", f"{level}_b"])
-
-
-def length_tokens(length: int, seed: int = 0, vocab_size: int | None = None) -> list[int]:
-    """One long sequence of token ids: ``long_sequence`` (the tasks' 23-character alphabet, where
-    repeats dominate long sequences) or, with ``vocab_size``, i.i.d. uniform ids below it (a
-    control in which repeats are rare while length << vocab_size)."""
-    if vocab_size is None:
-        return encode_inputs([long_sequence(length, seed)])[0][0].tolist()
-    if vocab_size < 2:
-        raise ValueError(f"vocab_size={vocab_size!r} must be >= 2")
-    if length < 3:
-        raise ValueError(f"length={length!r} must be >= 3")
-    rng = np.random.default_rng([seed, vocab_size])
-    return rng.integers(0, vocab_size, size=length).tolist()
 
 
 @torch.no_grad()

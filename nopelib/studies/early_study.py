@@ -47,10 +47,10 @@ from nopelib.core.metrics import layer_scores
 from nopelib.core.model import GPT, GPTConfig
 from nopelib.core.params import SEED, Choice, ListOf
 from nopelib.core.tasks import TASKS, get_task, sample_inputs
-from nopelib.rules import beyond_claims, claims
+from nopelib.rules import beyond_claims
 from nopelib.store.memo import is_cached, memo
 from nopelib.studies import results
-from nopelib.studies.analysis import random_model
+from nopelib.studies.one_model import random_model
 from nopelib.training.gate import training_time_problem
 from nopelib.training.profiles import PROFILES, TrainProfile, check_seed, get_profile
 from nopelib.training.train import TRAJECTORY_SEED, train

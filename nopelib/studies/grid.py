@@ -37,7 +37,7 @@ from nopelib.core.model import GPTConfig
 from nopelib.core.tasks import TASKS, sample_inputs
 from nopelib.store import cache
 from nopelib.store.cache import commit_file
-from nopelib.studies import analysis, results
+from nopelib.studies import one_model, results
 from nopelib.training.launch import BACKENDS, train_many
 from nopelib.training.profiles import PROFILES, TrainProfile
 
@@ -123,7 +123,7 @@ def _train_and_score(grid: Grid, device: str, backend: str, address: str | None,
                              address=address, gpu_fraction=gpu_fraction)
         for (task, seed), run in trained.items():
             m, cfg = run.metrics, prof.model
-            before = analysis.random_model(cfg, seed)
+            before = one_model.random_model(cfg, seed)
             rows.append({
                 "profile": run.profile.name, "n_layer": cfg.n_layer, "n_embd": cfg.n_embd,
                 "n_head": cfg.n_head, "num_params": m["num_params"], "task": task,

@@ -45,7 +45,7 @@ from nopelib.core.params import SEED, Cost, Float, Int, ListOf
 from nopelib.core.stats import t_interval
 from nopelib.rules.beyond_claims import ORDER_LEVEL
 from nopelib.studies import results
-from nopelib.studies.analysis import length_tokens, random_model
+from nopelib.studies.one_model import length_tokens, random_model
 
 ROWS_PER_OCTAVE = 256  # rows sampled (evenly) from each octave of positions
 DISTANCES_PER_OCTAVE = 16  # distances, log-spaced from 2 to a/2, per octave [a/2, a)
@@ -101,7 +101,7 @@ def predicted_order(config: GPTConfig, tokens: Sequence[int], triples: pd.DataFr
 def long_run(config: GPTConfig, seed: int, T: int, lengths: Sequence[int],
              window: int | None = None) -> dict:
     """One random model of ``config`` (seed ``seed``) on one length-T sequence of the tasks'
-    alphabet (``analysis.length_tokens(T, seed)``), with ``window`` (None: global causal
+    alphabet (``one_model.length_tokens(T, seed)``), with ``window`` (None: global causal
     attention). Returns {"scores": [[length, layer, score]], "predicted_scores": [[length,
     predicted layer-1 score]], "order": [[layer, octave, d, fraction of rows ordered
     right]], "predicted_order": [[octave, d, mean predicted probability]]}."""

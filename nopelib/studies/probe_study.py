@@ -28,9 +28,9 @@ from nopelib.core.probe import (FEATURE_SETS, ProbeConfig, RidgeConfig, model_st
                                 probe_model, random_token_sequences, window_positions)
 from nopelib.core.stats import t_interval
 from nopelib.core.tasks import CHARS, TASKS, encode_batch, make_split
-from nopelib.rules import claims, init_claims
+from nopelib.rules import init_claims
 from nopelib.store.memo import memo
-from nopelib.studies.analysis import random_model
+from nopelib.studies.one_model import random_model
 from nopelib.training.profiles import PROFILES, TrainProfile, get_profile
 
 

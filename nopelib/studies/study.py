@@ -35,7 +35,7 @@ from nopelib.core.stats import seed_interval, summarize
 from nopelib.core.tasks import TASKS, encode_inputs, make_split, majority_baseline, sample_inputs
 from nopelib.rules import claims
 from nopelib.studies import results
-from nopelib.studies.analysis import is_learned, random_model
+from nopelib.studies.one_model import is_learned, random_model
 from nopelib.studies.theory_studies import measure_value_scale
 from nopelib.training.profiles import PROFILES, TrainProfile
 
@@ -263,7 +263,7 @@ def study_accuracy(table: pd.DataFrame, n_test: int,
                    n_seeds: int | None = None) -> pd.DataFrame:
     """Per task of ``study_table``: exact match per seed (columns ``seed s``), the lowest,
     the task's majority-answer share (``baselines``), whether the task is learned
-    (``analysis.is_learned``), whether every run is past its plateau with the claim rule's
+    (``one_model.is_learned``), whether every run is past its plateau with the claim rule's
     margin (``with margin``), and how many seeds its file holds (``seeds``) against the
     ``n_seeds`` of its profile (``complete``; a study in flight holds fewer): the tasks judged
     are learned, with margin and complete."""

@@ -37,7 +37,7 @@ from nopelib.core.corpus import load
 from nopelib.core.model import GPT
 from nopelib.core.params import SEED, Choice, ListOf
 from nopelib.core.probe import RidgeConfig, probe_model
-from nopelib.rules import beyond_claims, claims
+from nopelib.rules import beyond_claims
 from nopelib.store.cache import resolve_cache_dir
 from nopelib.store.checkpoint import RunCheckpoints
 from nopelib.store.memo import is_cached, memo

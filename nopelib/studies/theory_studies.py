@@ -31,7 +31,7 @@ from nopelib.core.model import GPT, GPTConfig
 from nopelib.core.params import Choice, Float, Int, ListOf
 from nopelib.core.stats import normal_interval, pooled_sd, seed_interval
 from nopelib.core.tasks import TASKS, encode, encode_inputs
-from nopelib.studies.analysis import length_tokens, random_model, study_texts
+from nopelib.studies.one_model import length_tokens, random_model, study_texts
 
 # ---------------------------------------------------------------------------------------------
 # block 1 of a random model, read from its hook points

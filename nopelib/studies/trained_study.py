@@ -49,7 +49,7 @@ from nopelib.core.tasks import TASKS, get_task
 from nopelib.rules import claims
 from nopelib.store.cache import resolve_cache_dir
 from nopelib.studies import results
-from nopelib.studies.analysis import longest_input, similarity_matrices
+from nopelib.studies.one_model import longest_input, similarity_matrices
 from nopelib.studies.probe_study import task_sequences, trained_study
 from nopelib.studies.study import live_seconds
 from nopelib.training.launch import train_many

@@ -49,7 +49,7 @@ from nopelib.core.params import OutPath, check_args
 from nopelib.core.probe import (FEATURE_SETS, ProbeConfig, RidgeConfig, features, fit_probe,
                                 model_states, random_token_sequences, window_positions)
 from nopelib.core.tasks import CHARS, TASKS, encode_batch, encode_inputs, make_split
-from nopelib.studies.analysis import long_sequence, random_model, similarity_matrices
+from nopelib.studies.one_model import long_sequence, random_model, similarity_matrices
 from nopelib.tools.bench_chapters import bench_chapters
 from nopelib.tools.bench_report import format_table, write_json
 from nopelib.training.exact_match import evaluate, greedy_accuracy

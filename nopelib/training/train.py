@@ -88,7 +88,7 @@ def train(
     lengths = np.array([[len(x) + len(a) + 1 for x, a in split.train]])  # [1, N]
     texts = sample_inputs(task, profile.n_trajectory, seed=TRAJECTORY_SEED)
 
-    torch.manual_seed(seed)  # same draw as analysis.random_model(config, seed)
+    torch.manual_seed(seed)  # same draw as one_model.random_model(config, seed)
     model = GPT(profile.model).to(device).train()
     opt = adamw(model.parameters(), profile)
     autocast = autocast_for(device, profile.precision)
