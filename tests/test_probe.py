@@ -12,7 +12,7 @@ from nopelib.core.probe import (FEATURE_SETS, ProbeConfig, RidgeConfig, probe_mo
                                 model_states, probe_layers, random_token_sequences, split_sequences,
                                 variance_window_features, window_positions)
 from nopelib.core.tasks import CHARS, decode, encode, make_split
-from nopelib.rules import claims, init_claims
+from nopelib.rules import init_claims
 from nopelib.studies.one_model import random_model
 from nopelib.studies.probe_study import (CHAPTER_PARAMS, format_lift, metric_intervals,
                                          paired_differences, random_study, sequences_for,

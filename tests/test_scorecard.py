@@ -151,13 +151,13 @@ def _fake_study(monkeypatch, verdicts: dict[str, list[str]], studied=("paper_stu
             for claim, reading in claims.TRAINED_CLAIMS
             for task, v in zip(tasks, verdicts.get(reading, ["holds", "holds"]))]
     table = pd.DataFrame(rows)
-    monkeypatch.setattr(score_rows.study, "load_study", lambda profile, t: (
+    monkeypatch.setattr(score_rows.committed, "load_study", lambda profile, t: (
         ({t_: {"runs": []} for t_ in tasks}, []) if profile in studied else ({}, list(t))))
-    monkeypatch.setattr(score_rows.study, "stale_tasks", lambda profile, t: [])
-    monkeypatch.setattr(score_rows.study, "study_table", lambda docs: None)
-    monkeypatch.setattr(score_rows.study, "study_accuracy", lambda table, n, **kw: None)
-    monkeypatch.setattr(score_rows.study, "learned_and_judged", lambda acc: (tasks, tasks))
-    monkeypatch.setattr(score_rows.study, "trained_verdicts", lambda docs, acc: (None, table))
+    monkeypatch.setattr(score_rows.committed, "stale_tasks", lambda profile, t: [])
+    monkeypatch.setattr(score_rows.committed, "study_table", lambda docs: None)
+    monkeypatch.setattr(score_rows.committed, "study_accuracy", lambda table, n, **kw: None)
+    monkeypatch.setattr(score_rows.committed, "learned_and_judged", lambda acc: (tasks, tasks))
+    monkeypatch.setattr(score_rows.committed, "trained_verdicts", lambda docs, acc: (None, table))
     return tasks
 
 
@@ -321,10 +321,10 @@ def test_the_provenance_box_names_what_the_page_depends_on():
 
 
 def test_a_trained_study_in_flight_is_not_judged_on_the_scorecard(monkeypatch):
-    from nopelib.studies import study
-    docs, _ = study.load_study("study", ["reversal"])
+    from nopelib.studies import committed
+    docs, _ = committed.load_study("study", ["reversal"])
     partial = {"reversal": {**docs["reversal"], "runs": docs["reversal"]["runs"][:2]}}
-    monkeypatch.setattr(score_rows.study, "load_study", lambda profile, tasks: (partial, []))
+    monkeypatch.setattr(score_rows.committed, "load_study", lambda profile, tasks: (partial, []))
     rows = scorecard.trained_rows("study", ["reversal"])[0]
     assert rows and all(r["verdict"] == "untested" for r in rows)
     assert "not every seed in yet" in rows[0]["measured"]

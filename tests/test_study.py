@@ -17,7 +17,7 @@ from nopelib.core.metrics import layer_scores
 from nopelib.core.model import GPTConfig
 from nopelib.core.tasks import sample_inputs
 from nopelib.rules import claims
-from nopelib.studies import results, study
+from nopelib.studies import committed, results, study
 from nopelib.studies.one_model import random_model
 from nopelib.training.profiles import PROFILES
 
@@ -50,10 +50,10 @@ def _docs() -> dict:
 
 
 def test_study_tables_judge_learned_with_margin():
-    table = study.study_table(_docs())
+    table = committed.study_table(_docs())
     assert len(table) == 4 and list(table.columns[:3]) == ["task", "seed", "accuracy"]
     assert table.with_margin.tolist() == [True, True, False, False]
-    acc = study.study_accuracy(table, PROFILES["study"].n_test,
+    acc = committed.study_accuracy(table, PROFILES["study"].n_test,
                                {"reversal": 0.0, "ordering": 0.1})
     assert acc.loc["reversal", "learned"] and acc.loc["reversal", "with margin"]
     assert not acc.loc["ordering", "learned"] and not acc.loc["ordering", "with margin"]
@@ -61,7 +61,7 @@ def test_study_tables_judge_learned_with_margin():
 
 
 def test_study_scores_read_the_learned_phase():
-    before, after, phase = study.study_scores(_docs(), ["reversal"])
+    before, after, phase = committed.study_scores(_docs(), ["reversal"])
     assert before["reversal"].shape == after["reversal"].shape == (2, 3)
     # learned for good from step 200: the mean of the last three points
     np.testing.assert_allclose(phase["reversal"][:, 1], [np.mean([0.9, 0.92, 0.94]),
@@ -71,7 +71,7 @@ def test_study_scores_read_the_learned_phase():
     assert list(table.columns) == [("reversal", "before"), ("reversal", "after"),
                                    ("reversal", "learned phase")]
     with pytest.raises(ValueError, match="no learned phase"):
-        study.study_scores(_docs(), ["ordering"])
+        committed.study_scores(_docs(), ["ordering"])
 
 
 def test_reproduction_is_a_prediction_interval_for_one_more_seed():
@@ -98,7 +98,7 @@ def test_reproduction_is_a_prediction_interval_for_one_more_seed():
 
 
 def test_the_committed_study_loads_and_names_what_is_missing():
-    docs, missing = study.load_study("study", ["addition", "reversal", "indexing", "ordering"])
+    docs, missing = committed.load_study("study", ["addition", "reversal", "indexing", "ordering"])
     assert set(docs) | set(missing) == {"addition", "reversal", "indexing", "ordering"}
     for task, doc in docs.items():
         assert {r["task"] for r in doc["runs"]} == {task}
@@ -106,7 +106,7 @@ def test_the_committed_study_loads_and_names_what_is_missing():
         # without its wing)
         trained = doc["provenance"].get("trained_by", doc["provenance"])
         assert trained["command"].startswith("python -m nopelib.")
-        assert f"trained by `{trained['command']}`" in study.study_provenance(doc)
+        assert f"trained by `{trained['command']}`" in committed.study_provenance(doc)
 
 
 def test_a_study_file_of_an_earlier_profile_is_stale_not_read(monkeypatch):
@@ -116,12 +116,12 @@ def test_a_study_file_of_an_earlier_profile_is_stale_not_read(monkeypatch):
     doc = {"provenance": {"training": today}}
     old = {"provenance": {"training": {**today, "tail_share": 0.5}}}
     files = {"reversal": doc, "ordering": old}
-    monkeypatch.setattr(study, "_committed",
+    monkeypatch.setattr(committed, "_committed",
                         lambda profile, tasks: {t: files[t] for t in tasks if t in files})
-    docs, missing = study.load_study("study", ["reversal", "ordering", "indexing"])
+    docs, missing = committed.load_study("study", ["reversal", "ordering", "indexing"])
     assert list(docs) == ["reversal"] and missing == ["ordering", "indexing"]
-    assert study.stale_tasks("study", ["reversal", "ordering", "indexing"]) == ["ordering"]
-    assert study.is_current(doc, "study") and not study.is_current(old, "study")
+    assert committed.stale_tasks("study", ["reversal", "ordering", "indexing"]) == ["ordering"]
+    assert committed.is_current(doc, "study") and not committed.is_current(old, "study")
 
 
 def test_chapter_params_name_the_parameters_cell():
@@ -239,8 +239,8 @@ def test_rules_comparison_shows_both_rule_sets_and_why_a_verdict_moved():
         run["scores_after"] = run["trajectory"]["scores"][-1]
         runs.append(run)
     docs = {"reversal": {"runs": runs}}
-    acc = study.study_accuracy(study.study_table(docs), PROFILES["study"].n_test)
-    both = study.rules_comparison(docs, acc)
+    acc = committed.study_accuracy(committed.study_table(docs), PROFILES["study"].n_test)
+    both = committed.rules_comparison(docs, acc)
     assert len(both) == len(claims.TRAINED_CLAIMS)
     row = both.set_index("reading").loc[claims.TRAINED_CLAIMS[4][1]]
     assert row["verdict registered"] == "cannot tell" and row["verdict revised"] == "holds"
@@ -251,13 +251,13 @@ def test_rules_comparison_shows_both_rule_sets_and_why_a_verdict_moved():
 
 def test_a_study_in_flight_is_not_judged_until_every_seed_is_in():
     docs = _docs()
-    table = study.study_table(docs)
-    acc = study.study_accuracy(table, PROFILES["study"].n_test, n_seeds=5)
+    table = committed.study_table(docs)
+    acc = committed.study_accuracy(table, PROFILES["study"].n_test, n_seeds=5)
     assert acc.loc["reversal", "seeds"] == 2 and not acc.loc["reversal", "complete"]
-    learned, judged = study.learned_and_judged(acc)
+    learned, judged = committed.learned_and_judged(acc)
     assert learned == ["reversal"] and judged == []  # learned by 2 of 5: not judged
-    acc2 = study.study_accuracy(table, PROFILES["study"].n_test, n_seeds=2)
-    assert study.learned_and_judged(acc2)[1] == ["reversal"]
+    acc2 = committed.study_accuracy(table, PROFILES["study"].n_test, n_seeds=2)
+    assert committed.learned_and_judged(acc2)[1] == ["reversal"]
 
 
 def test_size_dependence_says_whether_a_verdict_moves_with_the_model():
@@ -265,14 +265,14 @@ def test_size_dependence_says_whether_a_verdict_moves_with_the_model():
     small = pd.DataFrame([dict(claim=c, reading=r, task="reversal", verdict="fails")
                           for c, r in keys])
     big = small.assign(verdict=["fails", "holds", "fails", "fails", "fails"])
-    out = study.size_dependence({"4 x 96": small, "6 x 384": big}, ["reversal", "addition"])
+    out = committed.size_dependence({"4 x 96": small, "6 x 384": big}, ["reversal", "addition"])
     assert len(out) == 2 * len(keys)
     rev = out[out.task == "reversal"].set_index("reading")["depends on size"]
     assert rev.iloc[0] == "no: fails at every size"
     assert rev.iloc[1] == "yes: fails at 4 x 96, holds at 6 x 384"
     add = out[out.task == "addition"]["depends on size"]
     assert add.str.startswith("cannot say yet: 4 x 96, 6 x 384 not judged").all()
-    untrained = study.size_dependence({"4 x 96": small, "6 x 384": None}, ["reversal"])
+    untrained = committed.size_dependence({"4 x 96": small, "6 x 384": None}, ["reversal"])
     assert (untrained["6 x 384"] == "not judged").all()
     with pytest.raises(ValueError, match="two models"):
-        study.size_dependence({"4 x 96": small}, ["reversal"])
+        committed.size_dependence({"4 x 96": small}, ["reversal"])

@@ -409,7 +409,7 @@ def test_the_paper_study_profile_is_the_base_model_under_the_study_budget():
 
 
 def test_records_of_the_profiles_before_the_dense_curve_are_unchanged():
-    # committed studies compare the record of their day with today's (study.is_current)
+    # committed studies compare the record of their day with today's (committed.is_current)
     for name in ("cpu", "study", "paper"):
         record = profiles.PROFILES[name].record()
         assert not set(profiles.RECORDED_WHEN_SET) & set(record)

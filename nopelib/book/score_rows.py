@@ -20,7 +20,7 @@ from nopelib.core.model import GPTConfig
 from nopelib.core.probe import RidgeConfig
 from nopelib.rules import claims, init_claims
 from nopelib.store.memo import memo
-from nopelib.studies import analysis as an, study
+from nopelib.studies import analysis as an, committed
 from nopelib.studies.probe_study import (mlp_studies, paired_differences, random_studies,
                                          trained_comparison)
 from nopelib.studies.theory_studies import predicted_config_scores
@@ -272,24 +272,24 @@ def trained_rows(profile: str, tasks: Sequence[str]) -> tuple[list[dict], dict]:
     note an untested row gives."""
     prof = PROFILES[profile]
     model = model_of(prof.model, f", trained ({profile} profile)")
-    docs, _ = study.load_study(profile, tasks)
+    docs, _ = committed.load_study(profile, tasks)
     evidence = f"committed study, {profile} profile, whole test split ({prof.n_test:,})"
     info = dict(profile=profile, model=model, docs=docs, judged=[], note="")
     if not docs:
-        stale = study.stale_tasks(profile, tasks)
+        stale = committed.stale_tasks(profile, tasks)
         note = NOT_TRAINED if not stale else (
             f"committed study of {', '.join(stale)} stale (trained under an earlier profile)")
         info["note"] = note
         return [make_row(SPECS[c], r, model, None, "task", f"no committed study of the "
                          f"{profile} profile", note) for c, r in claims.TRAINED_CLAIMS], info
     # a study in flight holds fewer seeds than its profile: a task is judged at all of them
-    acc = study.study_accuracy(study.study_table(docs), prof.n_test,
+    acc = committed.study_accuracy(committed.study_table(docs), prof.n_test,
                                n_seeds=len(prof.seeds))
-    _, judged = study.learned_and_judged(acc)
+    _, judged = committed.learned_and_judged(acc)
     left = [t for t in tasks if t not in judged]
     note = (f"; not judged: {', '.join(left)} (not in the study, not every seed in yet, or "
             "not learned with margin)") if left else ""
-    verdicts = study.trained_verdicts(docs, acc)[1] if judged else None
+    verdicts = committed.trained_verdicts(docs, acc)[1] if judged else None
     info.update(judged=judged, note="no trained task learned with margin")
     rows = []
     for claim, reading in claims.TRAINED_CLAIMS:

@@ -338,7 +338,7 @@ def trained_study(task: str, seed: int, profile: str | TrainProfile, fit_tokens:
 def committed_probes(docs: Mapping[str, Mapping], tasks: Sequence[str],
                      shuffled: bool = False) -> pd.DataFrame:
     """The position probes the trained-model study committed for every run of ``tasks``
-    (``docs``: ``study.load_study``'s files), one row per (task, model seed, layer, feature
+    (``docs``: ``committed.load_study``'s files), one row per (task, model seed, layer, feature
     set, probe seed) with nrmse, r and the window w; ``shuffled``: the shuffled-target
     control's rows instead."""
     rows = [{"task": task, "model_seed": run["seed"], "w": run["probes"]["w"], **row}

@@ -77,7 +77,7 @@ def validate(doc: Any, kind: str, name: str = "result") -> dict:
 
 
 def _check_name(path: Path, doc: dict, kind: str) -> None:
-    """A trained study's file is found by its profile and task (``study.study_path``): its name
+    """A trained study's file is found by its profile and task (``committed.study_path``): its name
     must be theirs."""
     if kind == "trained":
         want = f"trained_{doc['provenance']['profile']}_{doc['runs'][0]['task']}.json"

@@ -49,9 +49,9 @@ from nopelib.core.tasks import TASKS, get_task
 from nopelib.rules import claims
 from nopelib.store.cache import resolve_cache_dir
 from nopelib.studies import results
+from nopelib.studies.committed import live_seconds
 from nopelib.studies.one_model import longest_input, similarity_matrices
 from nopelib.studies.probe_study import task_sequences, trained_study
-from nopelib.studies.study import live_seconds
 from nopelib.training.launch import train_many
 from nopelib.training.profiles import PROFILES, TrainProfile, check_seed, get_profile
 from nopelib.training.runs import TrainedRun, load_run, run_key

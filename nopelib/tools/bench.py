@@ -39,7 +39,6 @@ from pathlib import Path
 
 import numba
 import numpy as np
-import pandas as pd
 import torch
 
 from nopelib.core.devices import resolve_device

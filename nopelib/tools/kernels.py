@@ -42,7 +42,8 @@ from nopelib.core.params import Choice, ListOf, OutPath, check_args
 from nopelib.rules.claims import LEARNED_AT
 from nopelib.store import cache
 from nopelib.studies import results
-from nopelib.studies.study import live_seconds, load_study, reproduction
+from nopelib.studies.committed import live_seconds, load_study
+from nopelib.studies.study import reproduction
 from nopelib.training.gate import training_time_problem
 from nopelib.training.launch import train_many
 

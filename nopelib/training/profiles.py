@@ -23,7 +23,7 @@ MAX_SEED = 2**32 - 1  # numpy's default_rng and torch.manual_seed both take [0, 
 BATCHED_SUFFIX = "+batched"
 # fields added after studies were committed: a record holds them only when they differ from
 # their default, so the records of the profiles before them (which committed studies compare,
-# nopelib.studies.study.is_current) stay as they were
+# nopelib.studies.committed.is_current) stay as they were
 RECORDED_WHEN_SET = ("curve_dense_every", "curve_dense_until", "precision")
 PRECISIONS = ("float32", "bfloat16")
 

@@ -1,0 +1,205 @@
+"""The committed trained-model study: its files, their tables, and the claims' verdicts on them.
+
+A profile's study is one file per task (``book/results/trained_<profile>_<task>.json``, written
+by ``nopelib.studies.trained_study``); a file trained under an earlier version of the profile
+is stale and never read as today's study. From the files: one row per run, one per task, the
+per-seed scores the claims are judged on, the verdicts under both rule sets, and whether a
+verdict depends on the model's size.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from nopelib.rules import claims
+from nopelib.studies import results
+from nopelib.studies.one_model import is_learned
+from nopelib.training.profiles import PROFILES
+
+
+def study_path(profile: str, task: str) -> Path:
+    """Where the committed study of ``profile`` keeps ``task``'s runs."""
+    return results.RESULTS_DIR / f"trained_{profile}_{task}.json"
+
+
+def _committed(profile: str, tasks: Sequence[str]) -> dict[str, dict]:
+    return {t: results.load(study_path(profile, t)) for t in tasks
+            if study_path(profile, t).is_file()}
+
+
+def is_current(doc: Mapping, profile: str) -> bool:
+    """Whether a committed study file was trained under ``profile`` as it stands today (the
+    profile's numbers change between commits; a file of an earlier version is stale)."""
+    today = json.loads(json.dumps(PROFILES[profile].record()))  # tuples as the file has them
+    return doc["provenance"].get("training") == today
+
+
+def load_study(profile: str, tasks: Sequence[str]) -> tuple[dict[str, dict], list[str]]:
+    """The committed study of ``profile``: {task: validated document} for the tasks whose file
+    was trained under today's profile, and the tasks without one (missing, or stale: see
+    ``stale_tasks``). A stale file is never read as today's study."""
+    docs = {t: d for t, d in _committed(profile, tasks).items() if is_current(d, profile)}
+    return docs, [t for t in tasks if t not in docs]
+
+
+def stale_tasks(profile: str, tasks: Sequence[str]) -> list[str]:
+    """The tasks whose committed file of ``profile`` was trained under an earlier version."""
+    return [t for t, d in _committed(profile, tasks).items() if not is_current(d, profile)]
+
+
+def live_seconds(profile: str, tasks: Sequence[str]) -> float | None:
+    """The longest training time (seconds, one thread) of the committed study's runs of
+    ``tasks``: what a live run of them is expected to take; None without a committed study
+    (a budget that follows progress has no fixed cost to estimate)."""
+    docs, _ = load_study(profile, tasks)
+    times = [r["train_seconds"] for doc in docs.values() for r in doc["runs"]]
+    return max(times) if times else None
+
+
+def study_table(docs: Mapping[str, Mapping]) -> pd.DataFrame:
+    """One row per committed run: task, seed, exact match on the whole test split, its size,
+    the steps trained, the step where the validation split reached the profile's level
+    (``decay_from``), where the learning curve reached the learnedness line for good
+    (``learned_from``), the share of the run after it (``tail``), whether that is the claim
+    rule's margin (``with_margin``), and the training seconds."""
+    rows = [dict(task=r["task"], seed=r["seed"], accuracy=r["accuracy"], n_test=r["n_test"],
+                 steps=r["steps"], decay_from=r["decay_from"], learned_from=r["learned_from"],
+                 tail=r["tail"], with_margin=r["tail"] >= claims.PLATEAU_TAIL,
+                 train_s=r["train_seconds"])
+            for doc in docs.values() for r in doc["runs"]]
+    return pd.DataFrame(rows, columns=["task", "seed", "accuracy", "n_test", "steps",
+                                       "decay_from", "learned_from", "tail", "with_margin",
+                                       "train_s"])
+
+
+def study_accuracy(table: pd.DataFrame, n_test: int,
+                   baselines: Mapping[str, float] | None = None,
+                   n_seeds: int | None = None) -> pd.DataFrame:
+    """Per task of ``study_table``: exact match per seed (columns ``seed s``), the lowest,
+    the task's majority-answer share (``baselines``), whether the task is learned
+    (``one_model.is_learned``), whether every run is past its plateau with the claim rule's
+    margin (``with margin``), and how many seeds its file holds (``seeds``) against the
+    ``n_seeds`` of its profile (``complete``; a study in flight holds fewer): the tasks judged
+    are learned, with margin and complete."""
+    acc = table.pivot(index="task", columns="seed", values="accuracy")
+    acc.columns = [f"seed {s}" for s in acc.columns]
+    acc["lowest"] = acc.min(axis=1)
+    if baselines is not None:
+        acc["majority"] = [baselines[t] for t in acc.index]
+    acc["learned"] = [is_learned(g.to_dict("records"), n_test)
+                      for _, g in table.groupby("task")]
+    acc["with margin"] = table.groupby("task")["with_margin"].all()
+    acc["seeds"] = table.groupby("task")["seed"].nunique()
+    acc["complete"] = acc["seeds"] >= (n_seeds or 0)
+    return acc
+
+
+def learned_and_judged(acc: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """From ``study_accuracy``'s table: the tasks learned by every seed, and those of them
+    learned with the margin rule's margin (the tasks the claims are judged on)."""
+    learned = [t for t in acc.index if acc.loc[t, "learned"]]
+    complete = acc["complete"] if "complete" in acc else pd.Series(True, index=acc.index)
+    return learned, [t for t in learned if acc.loc[t, "with margin"] and complete[t]]
+
+
+def trained_verdicts(docs: Mapping[str, Mapping], acc: pd.DataFrame,
+                     rules: str = claims.REVISED) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The trained-model claims (``claims.trained_claims`` under ``rules``) on the judged
+    tasks, or, where no task is judged, on the learned ones, marked exploratory: (the tests,
+    one verdict per claim, reading and task with a ``standing`` column)."""
+    learned, judged = learned_and_judged(acc)
+    shown = judged or learned
+    if not shown:
+        raise ValueError("no task of the study is learned: the trained-model claims have "
+                         "nothing to be judged on")
+    tests = claims.trained_claims(*study_scores(docs, shown), shown, rules=rules)
+    standing = "verdict" if judged else "exploratory: no task meets the margin rule"
+    return tests, claims.claim_table(tests).assign(standing=standing)
+
+
+# why a verdict moves from the registered rules to the revised ones, by (old, new)
+RULE_CHANGE_REASONS = {
+    ("cannot tell", "holds"): "the claim's side is now one one-sided test at level 0.05 "
+                              "(intersection-union), not a Bonferroni two-sided interval",
+    ("cannot tell", "fails"): "the other side is now one-sided at 0.05 / m, not two-sided "
+                              "at 0.05 / m (0.05 / 2m per side)",
+}  # both bounds are tighter under the revised rules: a verdict can only leave "cannot tell"
+
+
+def rules_comparison(docs: Mapping[str, Mapping], acc: pd.DataFrame) -> pd.DataFrame:
+    """The trained claim table under the rules the study was registered under and under the
+    revised ones, side by side: one row per (claim, reading, task) with both verdicts,
+    the revised weakest test's mean and bounds, and, where the verdict moved, why."""
+    keys = ["claim", "reading", "task"]
+    old = trained_verdicts(docs, acc, claims.REGISTERED)[1]
+    new = trained_verdicts(docs, acc, claims.REVISED)[1]
+    both = old[keys + ["verdict"]].merge(
+        new[keys + ["verdict", "weakest_layer", "mean", "lo", "hi"]], on=keys,
+        suffixes=(" registered", " revised"))
+    moves = zip(both["verdict registered"], both["verdict revised"])
+    both["why it moved"] = [RULE_CHANGE_REASONS.get(m, "") if m[0] != m[1] else ""
+                            for m in moves]
+    return both
+
+
+def study_scores(docs: Mapping[str, Mapping], tasks: Sequence[str]) -> tuple[dict, dict, dict]:
+    """Per task, the per-seed adjacency scores [seeds, L+1] of the study's fixed inputs: at
+    initialisation, after training, and averaged over the run's learned phase
+    (``claims.learned_phase``); the tasks must be learned."""
+    before, after, phase = {}, {}, {}
+    for task in tasks:
+        runs = docs[task]["runs"]
+        before[task] = np.array([r["scores_init"] for r in runs])
+        after[task] = np.array([r["scores_after"] for r in runs])
+        phase[task] = np.array([claims.learned_phase(
+            r["trajectory"]["step"], r["trajectory"]["accuracy"], r["trajectory"]["scores"],
+            r["steps"]) for r in runs])
+    return before, after, phase
+
+
+def study_provenance(doc: Mapping) -> str:
+    """Markdown: where a committed study file's numbers come from."""
+    p = doc["provenance"]
+    trained = p.get("trained_by", p)
+    return (f"trained by `{trained['command']}` at commit `{trained['commit'][:12]}` on "
+            f"{trained['machine']} (CPU kernels {trained.get('cpu_capability', '?')}, torch "
+            f"{trained['torch']}, {trained['wall_seconds'] / 60:.0f} min wall, "
+            f"{trained['date']}); file written at commit `{p['commit'][:12]}`, "
+            f"{p['runs_from_cache']} of {len(doc['runs'])} runs from the run cache")
+
+
+def size_dependence(tables: Mapping[str, pd.DataFrame | None],
+                    tasks: Sequence[str]) -> pd.DataFrame:
+    """Whether a trained claim's verdict depends on the model's size: ``tables`` maps a model's
+    name to its claim table (``trained_verdicts``' second item, None when the model has no
+    judged task), the first name being the reference. One row per (claim, reading, task) with
+    each model's verdict ("not judged" where it has none) and one plain sentence."""
+    names = list(tables)
+    if len(names) < 2:
+        raise ValueError(f"size_dependence: two models or more, not {names}")
+    keys = ["claim", "reading", "task"]
+    readings = [(c, r) for c, r in claims.TRAINED_CLAIMS]
+    rows = []
+    for (claim, reading), task in ((cr, t) for cr in readings for t in tasks):
+        row = dict(claim=claim, reading=reading, task=task)
+        for name in names:
+            table = tables[name]
+            hit = (None if table is None else
+                   table[(table[keys] == [claim, reading, task]).all(axis=1)])
+            row[name] = "not judged" if hit is None or hit.empty else hit.verdict.iloc[0]
+        verdicts = [row[n] for n in names]
+        if "not judged" in verdicts:
+            missing = [n for n in names if row[n] == "not judged"]
+            row["depends on size"] = (f"cannot say yet: {', '.join(missing)} not judged on "
+                                      f"{task}")
+        elif len(set(verdicts)) == 1:
+            row["depends on size"] = f"no: {verdicts[0]} at every size"
+        else:
+            row["depends on size"] = "yes: " + ", ".join(f"{row[n]} at {n}" for n in names)
+        rows.append(row)
+    return pd.DataFrame(rows)
