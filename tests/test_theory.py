@@ -6,7 +6,7 @@ import torch
 
 from nopelib.averaging import theory as th, theory_config as thc
 from nopelib.core.metrics import adjacency_score, cosine_similarity_matrix
-from nopelib.studies import theory_studies as ts
+from nopelib.studies import block1, one_model, theory_studies as ts
 from nopelib.studies.one_model import random_model
 
 
@@ -135,7 +135,7 @@ def test_sigma_at_level():
 def test_measure_value_scale_matches_value_vectors():
     model = random_model(seed=0)
     idx = torch.tensor([[4, 9, 4, 12, 13, 20, 9, 7, 4, 15]])
-    s = ts.measure_value_scale(model, idx)
+    s = block1.measure_value_scale(model, idx)
     blk = model.transformer.h[0]
     with torch.no_grad():
         x = blk.ln_1(model.transformer.wte(idx[0]))  # [T, d]
@@ -217,20 +217,20 @@ def test_layer0_expected_score_is_exact():
 def test_rescaled_embedding_is_random_model_at_that_sigma():
     base = random_model(seed=3, n_layer=2, n_embd=48)
     other = random_model(seed=3, n_layer=2, n_embd=48, init_std=0.07)
-    torch.testing.assert_close(ts.unit_embedding(base) * 0.07, other.transformer.wte.weight)
+    torch.testing.assert_close(block1.unit_embedding(base) * 0.07, other.transformer.wte.weight)
 
 
 def test_padded_three_scores_match_per_length_batches():
     model = random_model(seed=1, n_layer=1, n_embd=48)
     texts = ["rev(123)=", "rev(98765)=", "mpwx+", "rev(4)="]
-    three = ts.block1_three_scores(model, texts)
-    np.testing.assert_allclose(three[:, 1:], ts.block1_scores(model, texts), atol=1e-6)
+    three = block1.block1_three_scores(model, texts)
+    np.testing.assert_allclose(three[:, 1:], block1.block1_scores(model, texts), atol=1e-6)
 
 
 def test_threshold_study_small():
     texts = {"reversal": ["rev(12345678)=", "rev(87654321)="]}
     long_texts = ["rev(12345678)="]
-    out = ts.threshold_study([(1, 48), (2, 48)], texts, [1e-3, 1.0], 2, long_texts)
+    out = block1.threshold_study([(1, 48), (2, 48)], texts, [1e-3, 1.0], 2, long_texts)
     df = out["scores"]
     assert len(df) == 2 * 2 * 2 and set(df["task"]) == {"reversal"}
     assert list(out["s_inf"]["n_layer"]) == [1, 2]
@@ -251,7 +251,7 @@ def test_closed_form_value_scale_matches_the_measured_one() -> None:
     for L, d in ((2, 192), (8, 96)):
         cfg = GPTConfig(n_layer=L, n_head=6, n_embd=d, init_std=0.2)
         idx = torch.randint(0, cfg.vocab_size, (4, 16), generator=torch.Generator().manual_seed(0))
-        measured = np.mean([ts.measure_value_scale(random_model(cfg, seed=s), idx)
+        measured = np.mean([block1.measure_value_scale(random_model(cfg, seed=s), idx)
                             for s in range(3)])
         assert thc.closed_form_value_scale(cfg) == pytest.approx(measured, rel=0.1)
 
@@ -365,30 +365,20 @@ def test_theory_imports_no_model_and_no_study() -> None:
     from pathlib import Path
     path = Path(th.__file__)
     assert _import_time_imports(path) == set()  # numpy and torch only
+    studies = (block1, one_model, ts)
     for name in ("random_model", "block1_activations", "sigma_sweep", "threshold_study",
                  "measure_value_scale", "predicted_config_scores"):
-        assert not hasattr(th, name) and hasattr(ts, name), name
+        assert not hasattr(th, name) and any(name in vars(m) for m in studies), name
 
 
-def test_no_module_imports_private_names_and_no_import_cycles() -> None:
+def test_no_module_imports_private_names() -> None:
+    # import circles and the wings' order: tests/test_house.py
     from pathlib import Path
-    package = Path(th.__file__).parent
-    graph = {}
-    for path in sorted(package.glob("*.py")):
-        deps = _import_time_imports(path)
-        private = sorted(d for d in deps if d.startswith("private:"))
+
+    import nopelib
+    for path in sorted(Path(nopelib.__file__).parent.rglob("*.py")):
+        private = sorted(d for d in _import_time_imports(path) if d.startswith("private:"))
         assert not private, f"{path.name} imports private names: {private}"
-        graph[path.stem] = {d.split(".")[1] for d in deps if d.count(".") == 1} - {path.stem}
-
-    def reaches(start: str, goal: str, seen: set[str]) -> bool:
-        for dep in graph.get(start, ()):
-            if dep == goal or (dep not in seen and not seen.add(dep)
-                               and reaches(dep, goal, seen)):
-                return True
-        return False
-
-    cycles = [name for name in graph if reaches(name, name, set())]
-    assert not cycles, f"modules on an import cycle: {cycles}"
 
 
 def test_repeat_aware_cosine_and_self_coincidences() -> None:
@@ -425,7 +415,7 @@ def test_h1_against_theory_is_block1_beside_the_closed_form() -> None:
     idx = torch.tensor([[4, 9, 4, 12, 13, 20, 9, 7, 4]])
     measured, expected = ts.h1_against_theory(0.02, 5, idx, idx[0].tolist(), s_inf=0.9)
     assert measured.shape == expected.shape == (5, 5)
-    h1 = ts.block1_activations(random_model(seed=0, init_std=0.02), idx[:, :5])["hidden"][0]
+    h1 = block1.block1_activations(random_model(seed=0, init_std=0.02), idx[:, :5])["hidden"][0]
     np.testing.assert_allclose(measured, cosine_similarity_matrix(h1).numpy())
     rho = float(th.embedding_ratio(0.02, 0.9, 384))
     np.testing.assert_allclose(expected, th.gram_cosine(th.residual_gram([4, 9, 4, 12, 13], rho)))

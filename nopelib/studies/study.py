@@ -32,8 +32,8 @@ from nopelib.core.params import SEED, Choice, Device, ListOf
 from nopelib.core.stats import seed_interval, summarize
 from nopelib.core.tasks import TASKS, encode_inputs, make_split, majority_baseline, sample_inputs
 from nopelib.rules import claims
+from nopelib.studies.block1 import measure_value_scale
 from nopelib.studies.one_model import random_model
-from nopelib.studies.theory_studies import measure_value_scale
 from nopelib.training.profiles import PROFILES, TrainProfile
 
 # The trained chapter's parameters (its ``parameters`` cell: edit the two together). Upper
