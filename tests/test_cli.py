@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from nopelib.core import params
-from nopelib.core.params import ALLOW_SLOW_ENV
+from nopelib.core.cost import ALLOW_SLOW_ENV
 from nopelib.studies import grid, long_context, precision, recipe, trained_study
 from nopelib.tools import bench, bench_report, kernels
 from nopelib.training import launch

@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import pytest
 
+from nopelib.core.cost import ALLOW_SLOW_ENV
 from nopelib.core.model import GPTConfig
-from nopelib.core.params import ALLOW_SLOW_ENV
 from nopelib.rules import beyond_claims
 from nopelib.store import cache
 from nopelib.studies import early_study, result_schema, results

@@ -14,8 +14,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from nopelib.core.params import (ALLOW_SLOW_ENV, SEED, SEED_MAX, Choice, Cost, Device, Float, Int,
-                                 ListOf, Optional, check_params)
+from nopelib.core.cost import ALLOW_SLOW_ENV, Cost
+from nopelib.core.params import (SEED, SEED_MAX, Choice, Device, Float, Int, ListOf, Optional,
+                                 check_params)
 from nopelib.training.gate import check_training_time, training_time_problem
 
 BOOK = Path(__file__).resolve().parent.parent / "book"

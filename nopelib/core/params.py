@@ -39,14 +39,12 @@ import difflib
 import math
 import numbers
 import os
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePath
 from typing import Any
+from nopelib.core.cost import Cost, is_real
 
-ALLOW_SLOW_ENV = "NOPELIB_ALLOW_SLOW"
-SLOW_HOURS = 1.0  # CPU training expected to take longer than this needs the opt-in
 SEED_MAX = 2**32 - 1  # numpy's default_rng and torch.manual_seed both take 32-bit seeds
 # names IPython and ipykernel put in a kernel's globals: In and Out are plain data, not parameters
 KERNEL_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "open"})
@@ -114,10 +112,6 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def _is_real(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
 @dataclass(frozen=True)
 class Int(Rule):
     """An integer (not a bool) in [min, max]."""
@@ -152,7 +146,7 @@ class Float(Rule):
         return f"a finite number{lo}{' and' if lo and hi else ''}{hi}{self._reason()}"
 
     def _ok(self, value: Any) -> bool:
-        if not _is_real(value) or not math.isfinite(value):
+        if not is_real(value) or not math.isfinite(value):
             return False
         above = self.open or self.open_min
         if self.min is not None and (value <= self.min if above else value < self.min):
@@ -296,66 +290,6 @@ class OutPath(Rule):
         if bad := _output_problem(Path(value), self.folder):
             return f"{bad}; allowed: {self.allowed()}"
         return self.joint_problem(value, params)
-
-
-def _size(value: Any) -> float:
-    """A size parameter's count: a list's items, or the number itself."""
-    if isinstance(value, (list, tuple)):
-        return len(value)
-    if not _is_real(value):
-        raise TypeError(f"{value!r} is not a size")
-    return value
-
-
-def hours_text(hours: float) -> str:
-    """Hours as a refusal shows them: one decimal under ten."""
-    return f"{hours:,.1f}" if hours < 10 else f"{hours:,.0f}"
-
-
-def slow_refusal(message: str, allowed: str) -> str | None:
-    """The refusal of work expected to take over an hour (``message`` says how long), or None
-    after a warning where ``$NOPELIB_ALLOW_SLOW=1`` opts in."""
-    if os.environ.get(ALLOW_SLOW_ENV) == "1":
-        warnings.warn(message, stacklevel=4)
-        return None
-    return f"{message}; allowed: {allowed}, or set {ALLOW_SLOW_ENV}=1 to run it anyway"
-
-
-@dataclass(frozen=True)
-class Cost:
-    """What several parameters cost together: the product of their sizes (a list counts its
-    items) and of ``scale`` (a further factor, named by ``scale_text``), each unit taking
-    ``seconds_each`` (``each`` says what a unit is and where its time comes from). Over
-    ``max_hours`` it is refused with the estimate, unless ``$NOPELIB_ALLOW_SLOW=1``. It is
-    attached to one of the parameters' rules (``Rule.costing``); a command's names its sizes
-    by flag (``"--seeds"``), as ``check_args`` passes them."""
-
-    sizes: tuple[str, ...]
-    seconds_each: float
-    each: str
-    scale: Callable[[Mapping[str, Any]], float] | None = None
-    scale_text: str = ""
-    max_hours: float = SLOW_HOURS
-
-    def problem(self, params: Mapping[str, Any]) -> str | None:
-        """None within the bound (or where a size is itself bad: its own rule names it),
-        else the product, its estimate and what is allowed."""
-        try:
-            factors = [_size(params[name]) for name in self.sizes]
-            if self.scale is not None:
-                factors.append(float(self.scale(params)))
-        except (KeyError, TypeError, ValueError):
-            return None
-        units = math.prod(factors)
-        seconds = units * self.seconds_each
-        if seconds <= self.max_hours * 3600:
-            return None
-        names = " x ".join([*self.sizes, *([self.scale_text] if self.scale else [])])
-        shown = " x ".join(f"{f:,.3g}" if isinstance(f, float) else f"{f:,}" for f in factors)
-        limit = self.max_hours * 3600 / self.seconds_each
-        return slow_refusal(f"{names} = {shown} = {units:,.0f} unit(s) of {self.each}: about "
-                     f"{hours_text(seconds / 3600)} h", f"at most {self.max_hours:g} h "
-                     f"({limit:,.0f} units)")
 
 
 def shown(value: Any, limit: int = 200) -> str:

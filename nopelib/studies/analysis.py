@@ -17,9 +17,10 @@ import numpy as np
 import pandas as pd
 import torch
 
+from nopelib.core.cost import Cost
 from nopelib.core.metrics import adjacency_score, cosine_similarity_matrix, layer_scores
 from nopelib.core.model import GPTConfig
-from nopelib.core.params import Choice, Cost, Float, Int, ListOf
+from nopelib.core.params import Choice, Float, Int, ListOf
 from nopelib.core.stats import summarize
 from nopelib.core.tasks import TASKS, sample_inputs
 from nopelib.studies.one_model import length_tokens, random_model, similarity_matrices, study_texts

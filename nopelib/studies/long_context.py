@@ -39,9 +39,10 @@ import torch
 
 from nopelib.averaging.theory import comparison_probabilities, residual_gram
 from nopelib.averaging.theory_config import comparison_model, predict_config_score
+from nopelib.core.cost import Cost
 from nopelib.core.metrics import adjacency_score, cosine_similarity_matrix
 from nopelib.core.model import GPTConfig
-from nopelib.core.params import SEED, Cost, Float, Int, ListOf
+from nopelib.core.params import SEED, Float, Int, ListOf
 from nopelib.core.stats import t_interval
 from nopelib.rules.beyond_claims import ORDER_LEVEL
 from nopelib.studies import results

@@ -12,8 +12,9 @@ import math
 import os
 from typing import Any
 
+from nopelib.core.cost import SLOW_HOURS, hours_text, slow_refusal
 from nopelib.core.devices import resolve_device
-from nopelib.core.params import SLOW_HOURS, hours_text, shown, slow_refusal
+from nopelib.core.params import shown
 from nopelib.training.launch import expected_cpu_seconds
 from nopelib.training.profiles import get_profile
 
@@ -45,9 +46,9 @@ def training_time_problem(profile: Any, n_runs: int, device: str = "auto",
     who = (f"profile={profs[0].name!r} trains {n_runs} run(s)" if len(profs) == 1 else
            f"profiles {shown([p.name for p in profs])} train {n_runs} run(s) each")
     return slow_refusal(f"{who} on the CPU in{bound} about {hours_text(hours)} h ({processes} "
-                 f"process(es), one thread each)"
-                 + (f" {basis}" if run_seconds is not None else "")
-                 + (" (its step cap)" if bound else ""), allowed)
+                        f"process(es), one thread each)"
+                        + (f" {basis}" if run_seconds is not None else "")
+                        + (" (its step cap)" if bound else ""), allowed)
 
 
 def check_training_time(profile: Any, n_runs: int, device: str = "auto",
