@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from nopelib.averaging import theory as th, theory_config as thc
+from nopelib.averaging import attention_null, theory as th, theory_config as thc
 from nopelib.core.metrics import adjacency_score, cosine_similarity_matrix
 from nopelib.studies import block1, one_model, theory_studies as ts
 from nopelib.studies.one_model import random_model
@@ -157,7 +157,7 @@ def test_bad_input():
 
 def test_null_attention_checks_centres_on_the_closed_form():
     seqs = [list(range(12)), list(range(20, 32))]  # distinct tokens: repeat-aware = sqrt(min/max)
-    null = th.null_attention_checks(seqs, n_models=2, d=256, n_rep=60, seed=1)
+    null = attention_null.null_attention_checks(seqs, n_models=2, d=256, n_rep=60, seed=1)
     ideal = th.uniform_cosine_matrix(12)
     se = null["cos_sd"] / math.sqrt(60) + 1e-12
     assert np.all(np.abs(null["cos_mean"] - ideal) < 5 * se + 0.02)  # ratio bias is O(1/d)
@@ -169,7 +169,7 @@ def test_null_attention_checks_centres_on_the_closed_form():
 def test_null_value_vectors_scatter_like_a_product_of_two_gaussian_matrices():
     # one model, one sequence: a cosine of two value vectors has variance ~ 3/d, not 1/d
     d, n = 128, 400
-    null = th.null_attention_checks([[1, 2, 3]], n_models=1, d=d, n_rep=n, seed=2)
+    null = attention_null.null_attention_checks([[1, 2, 3]], n_models=1, d=d, n_rep=n, seed=2)
     # cos(a_1, a_2) = cos(u_1, (u_1 + u_2)/2); its scatter scales with that of cos(u_1, u_2)
     iso = th.simulate_averaged(n, 3, d, seed=3)  # i.i.d. isotropic value vectors
     iso_cos = cosine_similarity_matrix(torch.from_numpy(iso))[:, 0, 1].numpy()
@@ -179,9 +179,9 @@ def test_null_value_vectors_scatter_like_a_product_of_two_gaussian_matrices():
 
 def test_null_attention_checks_bad_input():
     with pytest.raises(ValueError, match="one length"):
-        th.null_attention_checks([[1, 2, 3], [1, 2]], 1, 16, n_rep=2)
+        attention_null.null_attention_checks([[1, 2, 3], [1, 2]], 1, 16, n_rep=2)
     with pytest.raises(ValueError, match="n_rep"):
-        th.null_attention_checks([[1, 2, 3]], 1, 16, n_rep=0)
+        attention_null.null_attention_checks([[1, 2, 3]], 1, 16, n_rep=0)
 
 
 def test_attention_logit_variance_matches_a_random_model():
@@ -196,7 +196,7 @@ def test_attention_logit_variance_matches_a_random_model():
         q, k = q.view(n, h, dh), k.view(n, h, dh)
         logits = torch.einsum("qhc,khc->hqk", q, k) / math.sqrt(dh)  # [h, n, n]
     measured = float(logits.var(dim=-1).mean())
-    assert measured == pytest.approx(th.attention_logit_variance(d), rel=0.15)
+    assert measured == pytest.approx(attention_null.attention_logit_variance(d), rel=0.15)
 
 
 def test_layer0_expected_score_is_exact():
@@ -393,14 +393,14 @@ def test_repeat_aware_cosine_and_self_coincidences() -> None:
 
 
 def test_predicted_shrinkage() -> None:
-    assert th.predicted_shrinkage(10, 0.0) == 0.0
+    assert attention_null.predicted_shrinkage(10, 0.0) == 0.0
     v = 0.03
     g = 1 + v * (1 - 1 / np.arange(1, 4))  # T = 3: g_1 = 1, g_2, g_3
     expected = np.mean([1 - 1 / math.sqrt(g[0] * g[1]), 1 - 1 / math.sqrt(g[1] * g[2])])
-    assert th.predicted_shrinkage(3, v) == pytest.approx(expected, rel=1e-12)
-    assert th.predicted_shrinkage(20, 2 * v) > th.predicted_shrinkage(20, v) > 0
+    assert attention_null.predicted_shrinkage(3, v) == pytest.approx(expected, rel=1e-12)
+    assert attention_null.predicted_shrinkage(20, 2 * v) > attention_null.predicted_shrinkage(20, v) > 0
     with pytest.raises(ValueError, match="logit_var"):
-        th.predicted_shrinkage(5, -1.0)
+        attention_null.predicted_shrinkage(5, -1.0)
 
 
 def test_attention_entropy_of_uniform_causal_weights_is_log_k() -> None:
