@@ -11,9 +11,8 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from nopelib.averaging.theory import (LN_EPS, _positions, check_positive_int,
-                                      mean_self_coincidences, repeat_aware_cosine,
-                                      uniform_cosine_matrix)
+from nopelib.averaging.theory import (LN_EPS, positions, check_positive_int, mean_self_coincidences,
+                                      repeat_aware_cosine, uniform_cosine_matrix)
 
 
 def _layer_norm_rows(z: np.ndarray) -> np.ndarray:
@@ -55,7 +54,7 @@ def null_attention_checks(token_seqs: Sequence[Sequence[int]], n_models: int, d:
     _, ids = np.unique(seqs, return_inverse=True)
     ids = ids.reshape(B, T)
     V = int(ids.max()) + 1
-    k = _positions(T)
+    k = positions(T)
     repeat_C = repeat_aware_cosine(seqs)  # [T, T]
     ideal_C = uniform_cosine_matrix(T)
     n_kk = mean_self_coincidences(seqs)  # [T]

@@ -45,14 +45,14 @@ def check_positive_int(name: str, value: int) -> None:
         raise ValueError(f"{name}={value!r} must be a positive integer")
 
 
-def _positions(T: int) -> np.ndarray:
+def positions(T: int) -> np.ndarray:
     check_positive_int("T", T)
     return np.arange(1, T + 1, dtype=np.float64)
 
 
 def uniform_cosine_matrix(T: int) -> np.ndarray:
     """Expected cosine of uniform-attention outputs, sqrt(min(i,j)/max(i,j)): [T, T]."""
-    p = _positions(T)
+    p = positions(T)
     return np.sqrt(np.minimum.outer(p, p) / np.maximum.outer(p, p))
 
 
@@ -61,13 +61,13 @@ def expected_inner_product(T: int, s2: float = 1.0) -> np.ndarray:
 
     The diagonal is E|a_k|^2 = s2 / k: Chi et al.'s 1/k shrinkage is the same formula.
     """
-    p = _positions(T)
+    p = positions(T)
     return s2 / np.maximum.outer(p, p)
 
 
 def expected_sq_norm(T: int, s2: float = 1.0) -> np.ndarray:
     """E|a_k|^2 = s2 / k for k = 1..T: [T]."""
-    return s2 / _positions(T)
+    return s2 / positions(T)
 
 
 def coincidence_counts(tokens: Sequence[int]) -> np.ndarray:
@@ -89,7 +89,7 @@ def averaged_gram(tokens: Sequence[int], window: int | None = None) -> np.ndarra
     attention): n_ab counts the equal pairs within the two windows, over min(a, W) min(b, W).
     """
     n = coincidence_counts(tokens)
-    p = _positions(n.shape[0])
+    p = positions(n.shape[0])
     if window is None:
         return n / np.outer(p, p)
     check_positive_int("window", window)
@@ -146,7 +146,7 @@ def simulate_averaged(n_draws: int, T: int, d: int, seed: int = 0, mean: float =
         _, ids = np.unique(t, return_inverse=True)
         table = rng.normal(mean, 1 / math.sqrt(d), size=(n_draws, ids.max() + 1, d))
         u = table[:, ids]  # [n_draws, T, d]
-    return u.cumsum(axis=1) / _positions(T)[None, :, None]
+    return u.cumsum(axis=1) / positions(T)[None, :, None]
 
 
 def inner_products_at_distance(n_draws: int, T: int, d: int, k0: int, seed: int = 0
