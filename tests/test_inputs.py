@@ -13,9 +13,9 @@ import pytest
 import torch
 
 import nopelib
+from nopelib.core.features import window_positions
 from nopelib.core.metrics import adjacency_row_scores, adjacency_score, nrmse, pearson_r
 from nopelib.core.model import GPT, VOCAB_SIZE, GPTConfig
-from nopelib.core.probe import window_positions
 from nopelib.core.tasks import VOCAB, encode_batch, encode_inputs, get_task
 from nopelib.store import cache
 from nopelib.training import profiles

@@ -104,7 +104,8 @@ def test_centring_keeps_position_out_of_the_adjacency_stacks_variance_window():
     the variance (mean of squares minus square of the mean), and that mean is as smooth
     along the sequence as the cosines: the chapter's variance probe reads position from it.
     The planted stack centres first, and its variance window is at chance."""
-    from nopelib.core.probe import features, fit_probe, window_positions
+    from nopelib.core.features import features, window_positions
+    from nopelib.core.probe import fit_probe
 
     n, t, d, w = 600, 32, 384, 8
     planted = planted_states("adjacency", n, t, d=d, n_layer=1, seed=0)[1]

@@ -6,11 +6,12 @@ import pandas as pd
 import pytest
 import torch
 
+from nopelib.core.features import (FEATURE_SETS, cosine_window_features, features, hidden_features,
+                                   model_states, random_token_sequences, variance_window_features,
+                                   window_positions)
 from nopelib.core.metrics import cosine_similarity_matrix, embedding_variance
-from nopelib.core.probe import (FEATURE_SETS, ProbeConfig, RidgeConfig, probe_model,
-                                cosine_window_features, features, fit_probe, hidden_features,
-                                model_states, probe_layers, random_token_sequences, split_sequences,
-                                variance_window_features, window_positions)
+from nopelib.core.probe import (ProbeConfig, RidgeConfig, probe_model, fit_probe, probe_layers,
+                                split_sequences)
 from nopelib.core.tasks import CHARS, decode, encode, make_split
 from nopelib.rules import init_claims
 from nopelib.studies.one_model import random_model

@@ -21,11 +21,12 @@ import numpy as np
 import pandas as pd
 import torch
 
+from nopelib.core.features import (FEATURE_SETS, model_states, random_token_sequences,
+                                   window_positions)
 from nopelib.core.model import GPT, GPTConfig
 from nopelib.core.params import SEED, Choice, Int, ListOf
 from nopelib.core.planted import EXPECTED, PLANTED, planted_states
-from nopelib.core.probe import (FEATURE_SETS, ProbeConfig, RidgeConfig, model_states, probe_layers,
-                                probe_model, random_token_sequences, window_positions)
+from nopelib.core.probe import ProbeConfig, RidgeConfig, probe_layers, probe_model
 from nopelib.core.stats import t_interval
 from nopelib.core.tasks import CHARS, TASKS, encode_batch, make_split
 from nopelib.rules import init_claims

@@ -11,8 +11,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from nopelib.core.features import FEATURE_SETS
 from nopelib.core.model import GPTConfig
-from nopelib.core.probe import FEATURE_SETS
 from nopelib.rules import bf16
 from nopelib.rules.beyond_claims import TEXT_ENCODINGS
 from nopelib.rules.claims import LEARNED_AT

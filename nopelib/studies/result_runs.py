@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from nopelib.core.probe import FEATURE_SETS
+from nopelib.core.features import FEATURE_SETS
 from nopelib.rules.claims import LEARNED_AT, past_plateau
 from nopelib.studies.result_checks import (bad_value, check_complete, check_distinct, check_fields,
                                            check_layers, check_same, check_series, known_profile,

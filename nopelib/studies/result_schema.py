@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nopelib.core.ablation import PARTS
-from nopelib.core.probe import FEATURE_SETS
+from nopelib.core.features import FEATURE_SETS
 from nopelib.core.tasks import TASKS
 from nopelib.training.launch import BACKENDS
 from nopelib.training.profiles import MAX_SEED, PRECISIONS

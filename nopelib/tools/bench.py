@@ -15,7 +15,7 @@ own code paths:
   (``launch.train_many``'s scheme), process start included.
 - ``evaluation``: ``train.greedy_accuracy`` against ``train.evaluate`` (teacher forcing); their
   accuracies must agree.
-- ``probe``: ``probe.model_states`` and one ``probe.fit_probe`` per feature set.
+- ``probe``: ``features.model_states`` and one ``probe.fit_probe`` per feature set.
 - ``chapters``: each chapter of ``_toc.yml`` run with nbclient: results cache off
   (``NOPELIB_MEMO=0``), then on twice; the second is a rerun that reads ``nopelib.store.memo``.
 
@@ -42,11 +42,12 @@ import numpy as np
 import torch
 
 from nopelib.core.devices import resolve_device
+from nopelib.core.features import (FEATURE_SETS, features, model_states, random_token_sequences,
+                                   window_positions)
 from nopelib.core.metrics import adjacency_score, adjacency_score_reference
 from nopelib.core.model import GPTConfig
 from nopelib.core.params import OutPath, check_args
-from nopelib.core.probe import (FEATURE_SETS, ProbeConfig, RidgeConfig, features, fit_probe,
-                                model_states, random_token_sequences, window_positions)
+from nopelib.core.probe import ProbeConfig, RidgeConfig, fit_probe
 from nopelib.core.tasks import CHARS, TASKS, encode_batch, encode_inputs, make_split
 from nopelib.studies.one_model import long_sequence, random_model, similarity_matrices
 from nopelib.tools.bench_chapters import bench_chapters
