@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 
+from nopelib.book import viz_init
 from nopelib.book.viz import BookRenderer, line_slider
 
 
@@ -62,7 +63,7 @@ def test_glue_numbers_stores_plain_python_numbers(monkeypatch):
 def test_random_init_figures_hold_their_series():
     import pandas as pd
 
-    from nopelib.book.viz import length_study, predicted_vs_measured
+    from nopelib.book.viz_init import length_study, predicted_vs_measured
     table = pd.DataFrame({"config": ["6 × 192", "6 × 768"], "predicted": [0.6, 0.97],
                           "measured": [0.57, 0.93], "tolerance": [0.02, 0.01]})
     fig = predicted_vs_measured(table, "t")
@@ -111,7 +112,7 @@ def test_explorers_draw_what_their_compute_returns(monkeypatch):
         calls.append(kwargs)
         return np.eye(3), 0.75
 
-    show = viz.init_explorer(one, list("abc"), n_layer=6)
+    show = viz_init.init_explorer(one, list("abc"), n_layer=6)
     assert list(inspect.signature(show).parameters) == ["reading", "mean", "log10_std",
                                                         "layer"]
     show("all", 4.0, -2.0, 3)

@@ -210,7 +210,7 @@ def length_predictions(sources: Mapping[str, int | None], lengths: Sequence[int]
 def length_series(runs: Mapping[str, pd.DataFrame], predicted: pd.DataFrame,
                   layers: Sequence[int]
                   ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict[str, np.ndarray]]:
-    """What ``viz.length_study`` draws: ({"<kind>, layer <l>": (mean, std) over sequences
+    """What ``viz_init.length_study`` draws: ({"<kind>, layer <l>": (mean, std) over sequences
     against length}, {"<kind>, layer 1 predicted": mean prediction against length}).
     ``runs`` maps each kind to its ``analysis.length_scores`` frame, ``predicted`` is
     ``length_predictions``."""
