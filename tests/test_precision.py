@@ -10,7 +10,7 @@ from nopelib.core.devices import bf16_available, dtype_policy
 from nopelib.core.model import GPTConfig
 from nopelib.rules import bf16
 from nopelib.studies import precision
-from nopelib.training import profiles, runs as rc
+from nopelib.training import profiles, runs as rc, train_profile
 
 
 def _run(task: str, seed: int, prec: str, layer1: list[float], val: list[float]) -> dict:
@@ -60,7 +60,7 @@ def test_the_rule_needs_two_seeds_in_both_precisions_and_curves_of_one_length():
 def test_check_profiles_cap_the_steps_and_differ_only_in_precision():
     profs = precision.check_profiles("paper_study", 300)
     fp, bf = profs["float32"], profs["bfloat16"]
-    assert fp.steps == bf.steps == 300 and (fp.precision, bf.precision) == profiles.PRECISIONS
+    assert fp.steps == bf.steps == 300 and (fp.precision, bf.precision) == train_profile.PRECISIONS
     assert replace(bf, name=fp.name, precision="float32") == fp
     assert fp.curve_dense_every == 25 and fp.stop_at == profiles.PROFILES["paper_study"].stop_at
     with pytest.raises(ValueError, match="steps=0"):
@@ -73,7 +73,7 @@ def test_a_bad_precision_is_refused_and_recorded_only_when_set():
     assert "precision" not in profiles.PROFILES["study"].record()
     bf = replace(profiles.PROFILES["study"], precision="bfloat16")
     assert bf.record()["precision"] == "bfloat16"
-    assert profiles.TrainProfile.from_record(bf.record()) == replace(bf, seeds=(0,))
+    assert train_profile.TrainProfile.from_record(bf.record()) == replace(bf, seeds=(0,))
 
 
 def test_a_bf16_run_is_keyed_by_the_precision_that_ran(tmp_path, recwarn):

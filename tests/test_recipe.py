@@ -8,7 +8,7 @@ import pytest
 import nopelib.studies.recipe as recipe
 from nopelib.core.model import GPTConfig
 from nopelib.store import cache
-from nopelib.training import profiles
+from nopelib.training import profiles, train_profile
 
 TINY = replace(
     profiles.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=1, n_head=2, n_embd=16),
@@ -41,7 +41,7 @@ def test_a_tiny_study_writes_curves_with_provenance(tmp_path, monkeypatch):
     # the profile's numbers as they stood, since a profile changes between commits
     assert prov["training"]["batch_size"] == TINY.batch_size
     assert prov["training"]["lr"] == TINY.lr and prov["training"]["model"]["n_embd"] == 16
-    assert profiles.TrainProfile.from_record(prov["training"]) == replace(TINY, seeds=(0,))
+    assert train_profile.TrainProfile.from_record(prov["training"]) == replace(TINY, seeds=(0,))
     assert {(r["task"], r["pos_encoding"]) for r in result["runs"]} == {
         ("addition", "none"), ("addition", "learned")}
     for run in result["runs"]:

@@ -23,7 +23,7 @@ from nopelib.core.tasks import (EOS_ID, MAX_SEQ_LEN, TASKS, VOCAB, encode, encod
 from nopelib.store import sources
 from nopelib.studies import results
 from nopelib.studies.one_model import random_model
-from nopelib.training import exact_match, launch, profiles, runs as rc
+from nopelib.training import exact_match, launch, profiles, runs as rc, train_profile
 
 TINY = replace(
     profiles.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
@@ -325,14 +325,14 @@ def test_train_missing_pools_jobs_of_several_profiles(tmp_path, monkeypatch):
 
 
 def test_exception_mid_training_leaves_nothing(tmp_path, monkeypatch):
-    real_lr_at = profiles.TrainProfile.lr_at
+    real_lr_at = train_profile.TrainProfile.lr_at
 
     def failing_lr_at(self, step, *args):
         if step == 6:
             raise RuntimeError("interrupted")
         return real_lr_at(self, step, *args)
 
-    monkeypatch.setattr(profiles.TrainProfile, "lr_at", failing_lr_at)
+    monkeypatch.setattr(train_profile.TrainProfile, "lr_at", failing_lr_at)
     with pytest.raises(RuntimeError, match="interrupted"):
         rc.train_or_load("addition", 0, TINY, device="cpu", progress=False)
     runs = tmp_path / "cache" / "runs"
@@ -412,13 +412,13 @@ def test_records_of_the_profiles_before_the_dense_curve_are_unchanged():
     # committed studies compare the record of their day with today's (committed.is_current)
     for name in ("cpu", "study", "paper"):
         record = profiles.PROFILES[name].record()
-        assert not set(profiles.RECORDED_WHEN_SET) & set(record)
-        assert profiles.TrainProfile.from_record(record) == replace(profiles.PROFILES[name],
+        assert not set(train_profile.RECORDED_WHEN_SET) & set(record)
+        assert train_profile.TrainProfile.from_record(record) == replace(profiles.PROFILES[name],
                                                                      seeds=(0,))
     record = json.loads(json.dumps(profiles.PROFILES["paper_study"].record()))
     assert record["curve_dense_every"] == 25 and record["curve_dense_until"] == 1_000
     assert record["precision"] == "bfloat16"
-    assert profiles.TrainProfile.from_record(record) == replace(
+    assert train_profile.TrainProfile.from_record(record) == replace(
         profiles.PROFILES["paper_study"], seeds=(0,))
 
 

@@ -11,7 +11,7 @@ import nopelib.studies.trained_study as ts
 from nopelib.core.model import GPTConfig
 from nopelib.rules import claims
 from nopelib.studies import results
-from nopelib.training import profiles
+from nopelib.training import profiles, train_profile
 
 TINY = replace(
     profiles.PROFILES["study"], name="tiny-study", model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
@@ -87,7 +87,7 @@ def test_bad_arguments_exit_before_any_training(argv, match, capsys):
 def test_the_committed_studies_are_valid_and_judged_by_the_fixed_rules():
     # every committed study file: valid, its runs complete, and the claims can read it
     for name, doc in results.load_all("trained").items():
-        prof = profiles.TrainProfile.from_record(doc["provenance"]["training"])
+        prof = train_profile.TrainProfile.from_record(doc["provenance"]["training"])
         for run in doc["runs"]:
             t = run["trajectory"]
             if run["learned_from"] is not None:

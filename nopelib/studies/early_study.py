@@ -52,8 +52,9 @@ from nopelib.store.memo import is_cached, memo
 from nopelib.studies import results
 from nopelib.studies.one_model import random_model
 from nopelib.training.gate import training_time_problem
-from nopelib.training.profiles import PROFILES, TrainProfile, check_seed, get_profile
+from nopelib.training.profiles import PROFILES, get_profile
 from nopelib.training.train import TRAJECTORY_SEED, train
+from nopelib.training.train_profile import TrainProfile, check_seed
 
 # the window and the curve spacing per profile: the 4 x 96 study model over its first 1,000
 # steps, the paper's model (a step costs about 20 times more) over its first 500

@@ -39,7 +39,8 @@ from nopelib.store import cache
 from nopelib.store.cache import commit_file
 from nopelib.studies import one_model, results
 from nopelib.training.launch import BACKENDS, train_many
-from nopelib.training.profiles import PROFILES, TrainProfile
+from nopelib.training.profiles import PROFILES
+from nopelib.training.train_profile import TrainProfile
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,8 @@ from nopelib.rules.bf16 import RULE, gaps, verdict
 from nopelib.studies import results
 from nopelib.studies.trained_study import study_profiles
 from nopelib.training.launch import train_many
-from nopelib.training.profiles import PRECISIONS, PROFILES, TrainProfile, get_profile
+from nopelib.training.profiles import PROFILES, get_profile
+from nopelib.training.train_profile import PRECISIONS, TrainProfile
 
 MAX_SEEDS = 20  # a bound on --seeds: each seed adds a float32 and a bf16 run per task
 def check_profiles(profile: str | TrainProfile, steps: int) -> dict[str, TrainProfile]:

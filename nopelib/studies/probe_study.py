@@ -32,7 +32,8 @@ from nopelib.core.tasks import CHARS, TASKS, encode_batch, make_split
 from nopelib.rules import init_claims
 from nopelib.store.memo import memo
 from nopelib.studies.one_model import random_model
-from nopelib.training.profiles import PROFILES, TrainProfile, get_profile
+from nopelib.training.profiles import PROFILES, get_profile
+from nopelib.training.train_profile import TrainProfile
 
 
 def _is_count(value: object) -> bool:

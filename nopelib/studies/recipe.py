@@ -24,7 +24,8 @@ from pathlib import Path
 from nopelib.core.tasks import TASKS
 from nopelib.studies import results
 from nopelib.training.launch import train_many, train_missing
-from nopelib.training.profiles import PROFILES, RECIPE_ENCODINGS, TrainProfile, get_profile
+from nopelib.training.profiles import PROFILES, get_profile
+from nopelib.training.train_profile import RECIPE_ENCODINGS, TrainProfile
 
 MAX_SEEDS = 20  # a bound on --seeds: each seed adds a NoPE and a learned-position run per task
 

@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from nopelib.studies.result_schema import MAX_DEPTH, ResultsError, Rule, int_rule, scores_rule
-from nopelib.training.profiles import BATCHED_SUFFIX, PROFILES, TrainProfile, get_profile
+from nopelib.training.profiles import PROFILES, get_profile
+from nopelib.training.train_profile import BATCHED_SUFFIX, TrainProfile
 
 
 def shown_value(value: Any) -> str:

@@ -24,8 +24,8 @@ from nopelib.studies.result_schema import (ACCURACIES, EARLY_CURVE, EARLY_RUN, E
                                            REL_TOL, RUN, ResultsError, Rule, SECONDS, SEED_FIELD,
                                            SHARE, STEPS, int_rule, list_of, number_rule,
                                            object_rule, one_of, rows_rule, text_rule)
-from nopelib.training.profiles import PRECISIONS, TrainProfile
 from nopelib.training.text_lm import TextProfile, lengths_for
+from nopelib.training.train_profile import PRECISIONS, TrainProfile
 
 
 def check_long(name: str, doc: dict) -> None:

@@ -19,7 +19,7 @@ from nopelib.studies.result_schema import (ACCURACIES, EXTRA_RUN, LOSSES, PROBES
                                            PROVENANCE, REL_TOL, RUN, ResultsError, SEED_FIELD,
                                            TRAINED_PROVENANCE, TRAINED_PROVENANCE_OPTIONAL,
                                            TRAINED_RUN_LATER, int_rule, number_rule, text_rule)
-from nopelib.training.profiles import RECIPE_ENCODINGS, TrainProfile
+from nopelib.training.train_profile import RECIPE_ENCODINGS, TrainProfile
 
 
 def check_recipe(name: str, doc: dict) -> None:

@@ -19,7 +19,7 @@ from nopelib.core.ablation import PARTS
 from nopelib.core.features import FEATURE_SETS
 from nopelib.core.tasks import TASKS
 from nopelib.training.launch import BACKENDS
-from nopelib.training.profiles import MAX_SEED, PRECISIONS
+from nopelib.training.train_profile import MAX_SEED, PRECISIONS
 
 
 KINDS = ("recipe", "grid", "trained", "long", "kernels", "precision", "early", "text")

@@ -34,7 +34,8 @@ from nopelib.core.tasks import TASKS, encode_inputs, make_split, majority_baseli
 from nopelib.rules import claims
 from nopelib.studies.block1 import measure_value_scale
 from nopelib.studies.one_model import random_model
-from nopelib.training.profiles import PROFILES, TrainProfile
+from nopelib.training.profiles import PROFILES
+from nopelib.training.train_profile import TrainProfile
 
 # The trained chapter's parameters (its ``parameters`` cell: edit the two together). Upper
 # bounds: rough costs on the 2-core development machine, far above the defaults; the reason is

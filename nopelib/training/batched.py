@@ -47,9 +47,9 @@ from nopelib.core.tasks import (IGNORE_INDEX, MAX_SEQ_LEN, PAD_ID, encode_batch,
 from nopelib.store.checkpoint import RunCheckpoints
 from nopelib.training.exact_match import evaluate
 from nopelib.training.loop import Checkpointing, fit
-from nopelib.training.profiles import TrainProfile
 from nopelib.training.runs import Job, commit_run, score
 from nopelib.training.train import TRAJECTORY_SEED, trajectory_scores
+from nopelib.training.train_profile import TrainProfile
 
 
 class _Loss(nn.Module):

@@ -29,9 +29,9 @@ from tqdm import tqdm
 
 import nopelib
 from nopelib.core.model import GPT, GPTConfig
-from nopelib.training.profiles import TrainProfile
 from nopelib.training.runs import (Job, commit_run, find_missing, prepare_runs_dir, run_key,
                                    run_write_bytes, train_and_score)
+from nopelib.training.train_profile import TrainProfile
 
 ADDRESS_ENV = "NOPELIB_RAY_ADDRESS"
 RAY_DEVICES = ("auto", "cpu", "cuda")

@@ -23,7 +23,7 @@ import torch
 from tqdm import tqdm
 
 from nopelib.store.checkpoint import RunCheckpoints
-from nopelib.training.profiles import TrainProfile
+from nopelib.training.train_profile import TrainProfile
 
 
 # one optimizer step: (rows [S, B] of each model's training split, T positions, each model's

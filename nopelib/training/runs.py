@@ -48,8 +48,9 @@ from nopelib.store import cache, sources
 from nopelib.store.cache import resolve_cache_dir
 from nopelib.store.checkpoint import KEEP, RunCheckpoints
 from nopelib.training.exact_match import evaluate
-from nopelib.training.profiles import TrainProfile, check_seed, get_profile
+from nopelib.training.profiles import get_profile
 from nopelib.training.train import train
+from nopelib.training.train_profile import TrainProfile, check_seed
 
 
 @dataclass

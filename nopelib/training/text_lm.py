@@ -33,8 +33,8 @@ from nopelib.rules.beyond_claims import TEXT_ENCODINGS, TEXT_LENGTHS
 from nopelib.store import sources
 from nopelib.store.checkpoint import RunCheckpoints
 from nopelib.training.loop import Checkpointing, fit
-from nopelib.training.profiles import TrainProfile
 from nopelib.training.train import adamw, train_step
+from nopelib.training.train_profile import TrainProfile
 
 ENCODINGS = TEXT_ENCODINGS  # NoPE, and a learned position embedding (the control)
 LONGEST = max(TEXT_LENGTHS)  # the longest held-out length NoPE is scored at (past its context)

@@ -23,7 +23,7 @@ from nopelib.core.tasks import MAX_SEQ_LEN, encode_batch, make_split, sample_inp
 from nopelib.store.checkpoint import RunCheckpoints
 from nopelib.training.exact_match import evaluate
 from nopelib.training.loop import Checkpointing, fit
-from nopelib.training.profiles import TrainProfile
+from nopelib.training.train_profile import TrainProfile
 
 TRAJECTORY_SEED = 12345  # the trajectory inputs: tasks.sample_inputs(task, n, 12345)
 
