@@ -19,7 +19,7 @@ from nopelib.core.model import GPT, GPTConfig
 from nopelib.store import checkpoint as ck, cache
 from nopelib.store.cache import CacheWarning
 from nopelib.store.memo import memo
-from nopelib.training import launch, profiles, runs as rc
+from nopelib.training import launch, profiles, run_entry, runs as rc
 
 TINY = replace(
     profiles.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=1, n_head=2, n_embd=16),
@@ -67,12 +67,12 @@ def test_metrics_are_range_checked_even_with_a_matching_digest(tmp_path):
     path = run_dir / "metrics.json"
     metrics = json.loads(path.read_text())
     del metrics["final_loss"]
-    metrics["metrics_sha256"] = rc.metrics_digest(metrics)  # a forger who knows the format
+    metrics["metrics_sha256"] = run_entry.metrics_digest(metrics)  # a forger who knows the format
     path.write_text(json.dumps(metrics))
     _reload_warns()
-    assert rc.metrics_problem({**metrics, "final_loss": 1.0}) is None
-    assert "final_loss" in rc.metrics_problem(metrics)
-    assert "accuracy" in rc.metrics_problem({**metrics, "final_loss": 1.0, "accuracy": True})
+    assert run_entry.metrics_problem({**metrics, "final_loss": 1.0}) is None
+    assert "final_loss" in run_entry.metrics_problem(metrics)
+    assert "accuracy" in run_entry.metrics_problem({**metrics, "final_loss": 1.0, "accuracy": True})
 
 
 def _returns_within(fn, seconds: float = 20.0):

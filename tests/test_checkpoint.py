@@ -27,7 +27,7 @@ import nopelib.training.train as tr
 from nopelib.core.model import GPTConfig
 from nopelib.store import checkpoint as ck
 from nopelib.store.cache import CacheWarning, file_sha256
-from nopelib.training import launch, profiles, runs as rc
+from nopelib.training import launch, profiles, run_entry, runs as rc
 
 # 25 steps an epoch; with seed 2 and the validation stand-in below the level is reached at
 # step 12, lost in the tail and back at 24 and 48 (tail restarts), and the cap ends the run
@@ -332,8 +332,8 @@ def test_a_bad_checkpoint_interval_is_refused(monkeypatch, value):
 def test_the_metrics_check_accepts_runs_with_and_without_resumptions(uninterrupted):
     _, m = uninterrupted[SEED]
     full = {**m, "train_seconds": 1.0}
-    assert rc.metrics_problem(full) is None
-    assert rc.metrics_problem({k: v for k, v in full.items() if k != "resumed_at"}) is None
-    assert rc.metrics_problem({**full, "resumed_at": [8, 28]}) is None
+    assert run_entry.metrics_problem(full) is None
+    assert run_entry.metrics_problem({k: v for k, v in full.items() if k != "resumed_at"}) is None
+    assert run_entry.metrics_problem({**full, "resumed_at": [8, 28]}) is None
     for bad in ([0], [61], ["8"], 8):
-        assert "resumed_at" in rc.metrics_problem({**full, "resumed_at": bad})
+        assert "resumed_at" in run_entry.metrics_problem({**full, "resumed_at": bad})

@@ -19,7 +19,7 @@ import torch
 
 from nopelib.core.model import GPTConfig
 from nopelib.store import cache
-from nopelib.training import launch, profiles, runs as rc, distributed
+from nopelib.training import distributed, launch, profiles, run_entry, runs as rc
 
 ray = pytest.importorskip("ray")
 
@@ -98,7 +98,7 @@ def _train_while_killing(cache: Path, max_retries: int):
 def test_a_worker_killed_mid_run_is_retried(tmp_path):
     (job,), killed = _train_while_killing(tmp_path, max_retries=2)
     assert len(killed) == 1 and job.missing
-    _, metrics = rc.load_run(tmp_path / "runs" / job.key, job.key, SLOW)
+    _, metrics = run_entry.load_run(tmp_path / "runs" / job.key, job.key, SLOW)
     assert metrics["worker"].split(" pid ")[1] != str(killed[0])  # another process
     assert _committed(tmp_path) == [rc.run_key("addition", 0, SLOW, "cpu")]  # no leftovers
 

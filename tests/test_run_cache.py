@@ -27,7 +27,7 @@ import nopelib.training.train as tr
 from nopelib.core.model import GPT, GPTConfig
 from nopelib.store import cache, sources
 from nopelib.store.cache import CacheWarning, file_sha256
-from nopelib.training import launch, profiles, runs as rc
+from nopelib.training import launch, profiles, run_entry, runs as rc
 
 TINY = replace(
     profiles.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=1, n_head=2, n_embd=16),
@@ -57,7 +57,7 @@ def _nan_weights(run_dir: Path) -> None:
     save_model(model, str(run_dir / "model.safetensors"))
     metrics = json.loads((run_dir / "metrics.json").read_text())
     metrics["weights_sha256"] = file_sha256(run_dir / "model.safetensors")
-    metrics["metrics_sha256"] = rc.metrics_digest(metrics)
+    metrics["metrics_sha256"] = run_entry.metrics_digest(metrics)
     (run_dir / "metrics.json").write_text(json.dumps(metrics))
 
 

@@ -23,7 +23,7 @@ from nopelib.core.tasks import (EOS_ID, MAX_SEQ_LEN, TASKS, VOCAB, encode, encod
 from nopelib.store import sources
 from nopelib.studies import results
 from nopelib.studies.one_model import random_model
-from nopelib.training import exact_match, launch, profiles, runs as rc, train_profile
+from nopelib.training import exact_match, launch, profiles, run_entry, runs as rc, train_profile
 
 TINY = replace(
     profiles.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
@@ -641,11 +641,11 @@ def test_the_trajectory_scores_the_fixed_inputs_from_initialisation_on():
     assert m["scores_init"] == pytest.approx(init.tolist(), abs=1e-12)
     assert len(m["curve"]["scores"]) == len(m["curve"]["step"]) == 2
     assert all(len(row) == ADAPTIVE.model.n_layer + 1 for row in m["curve"]["scores"])
-    assert rc.metrics_problem({**m, "accuracy": 0.5, "n_test": 1, "seed": 2,
+    assert run_entry.metrics_problem({**m, "accuracy": 0.5, "n_test": 1, "seed": 2,
                                "task": "indexing"}) is None
     bad = {**m, "accuracy": 0.5, "n_test": 1, "seed": 2, "task": "indexing",
            "curve": {**m["curve"], "scores": m["curve"]["scores"][:1]}}
-    assert "curve.scores" in rc.metrics_problem(bad)
+    assert "curve.scores" in run_entry.metrics_problem(bad)
 
 
 def test_scoring_the_trajectory_leaves_the_run_as_it_would_be_unscored():

@@ -54,7 +54,8 @@ from nopelib.studies.one_model import longest_input, similarity_matrices
 from nopelib.studies.probe_study import task_sequences, trained_study
 from nopelib.training.launch import train_many
 from nopelib.training.profiles import PROFILES, get_profile
-from nopelib.training.runs import TrainedRun, load_run, run_key
+from nopelib.training.run_entry import load_run
+from nopelib.training.runs import TrainedRun, run_key
 from nopelib.training.train import TRAJECTORY_SEED
 from nopelib.training.train_profile import TrainProfile, check_seed
 

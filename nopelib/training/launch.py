@@ -39,8 +39,9 @@ from nopelib.core.model import GPT
 from nopelib.core.tasks import MAX_SEQ_LEN, TASKS, get_task
 from nopelib.store.cache import resolve_cache_dir
 from nopelib.training.profiles import get_profile
-from nopelib.training.runs import (Job, TrainedRun, find_missing, load_run, prepare_runs_dir,
-                                   run_key, run_write_bytes, train_or_load)
+from nopelib.training.run_entry import load_run
+from nopelib.training.runs import (Job, TrainedRun, find_missing, prepare_runs_dir, run_key,
+                                   run_write_bytes, train_or_load)
 from nopelib.training.train_profile import TrainProfile, check_seed
 
 BACKENDS = ("local", "ray", "batched")  # where train_missing trains the missing runs
