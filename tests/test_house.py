@@ -72,3 +72,9 @@ def test_every_module_says_its_job_in_one_line():
         doc = ast.get_docstring(ast.parse((PACKAGE / rel).read_text()))
         assert doc and doc.splitlines()[0].rstrip().endswith((".", ":", ")", "?")), (
             f"{rel}: its docstring's first line must say its job")
+
+
+def test_no_module_is_over_400_lines():
+    long = {rel: n for rel in sources.package_files()
+            if (n := len((PACKAGE / rel).read_text().splitlines())) > 400}
+    assert not long, f"modules over 400 lines: {long}"

@@ -52,6 +52,7 @@ from nopelib.core.tasks import CHARS, TASKS, encode_batch, encode_inputs, make_s
 from nopelib.studies.one_model import long_sequence, random_model, similarity_matrices
 from nopelib.tools.bench_chapters import bench_chapters
 from nopelib.tools.bench_report import format_table, write_json
+from nopelib.tools.timing import sample_summary, speed_ratio, sync_device, time_call
 from nopelib.training.exact_match import evaluate, greedy_accuracy
 from nopelib.training.launch import train_many
 from nopelib.training.profiles import PROFILES
@@ -104,44 +105,6 @@ SMALL = Sizes(
 )
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _summary(samples: list[float]) -> dict:
-    """Median and range of per-call seconds."""
-    return {"median_s": statistics.median(samples), "min_s": min(samples), "max_s": max(samples),
-            "repeats": len(samples)}
-
-
-def time_call(
-    fn: Callable[[], object], repeats: int, device: torch.device, min_sample_s: float = 0.02
-) -> dict:
-    """Median seconds per call of ``fn`` after one untimed warm-up call.
-
-    Calls faster than ``min_sample_s`` are looped inside each sample (as ``timeit`` does), so
-    microsecond calls are not dominated by the timer's resolution."""
-    _sync(device)
-    start = time.perf_counter()
-    fn()
-    _sync(device)
-    inner = max(1, min(1000, int(min_sample_s / max(time.perf_counter() - start, 1e-9))))
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        _sync(device)
-        samples.append((time.perf_counter() - start) / inner)
-    return _summary(samples)
-
-
-def _ratio(reference_s: float, fast_s: float) -> float:
-    """Speed-up of ``fast`` over ``reference``: > 1 means faster."""
-    return reference_s / fast_s
-
-
 def task_batches(batch_size: int, seed: int = 0) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """One training batch per task, (idx, targets) [B, T_task], cut to the longest row as in
     training (``encode_batch`` pads to the batch's longest sequence)."""
@@ -186,7 +149,7 @@ def bench_train(config: GPTConfig, sizes: Sizes, device: torch.device) -> dict:
         for idx, targets in batches:
             bf16 = torch.autocast(device.type, dtype=torch.bfloat16) if v["bf16_autocast"] else None
             train_step(r["model"], r["opt"], idx, targets, 1.0, bf16, v["attn_impl"])
-        _sync(device)
+        sync_device(device)
 
     for r in runs:  # warm-up: the first pass holds compilation (one graph per distinct T)
         start = time.perf_counter()
@@ -207,11 +170,11 @@ def bench_train(config: GPTConfig, sizes: Sizes, device: torch.device) -> dict:
     for r in runs:
         row = {**r["variant"], "status": r["status"]}
         if r["status"] == "ok":
-            s = _summary([x / n for x in r["samples"]])
+            s = sample_summary([x / n for x in r["samples"]])
             step = s["median_s"]
             row.update(step_ms=1000 * step, step_ms_min=1000 * s["min_s"],
                        step_ms_max=1000 * s["max_s"], repeats=s["repeats"],
-                       tokens_per_s=tokens_per_pass / (step * n), speedup=_ratio(ref_step, step))
+                       tokens_per_s=tokens_per_pass / (step * n), speedup=speed_ratio(ref_step, step))
             if r["variant"]["compile"]:  # the warm-up less its two passes at the steady step time
                 row["compile_s"] = max(r["warmup_s"] - 2 * step * n, 0.0)
         rows.append(row)
@@ -239,7 +202,7 @@ def bench_extraction(config: GPTConfig, sizes: Sizes, device: torch.device) -> d
     times = {name: time_call(fn, sizes.extract_repeats, device) for name, fn in cases.items()}
     ref_s = times["hidden_states (explicit, ref)"]["median_s"]
     rows = [{"name": name, "seq_per_s": n_seq / t["median_s"], **t,
-             "speedup": _ratio(ref_s, t["median_s"])} for name, t in times.items()]
+             "speedup": speed_ratio(ref_s, t["median_s"])} for name, t in times.items()]
     return {"config": config.to_dict(), "n_sequences": n_seq, "rows": rows}
 
 
@@ -262,7 +225,7 @@ def bench_adjacency(config: GPTConfig, sizes: Sizes) -> dict:
             start = time.perf_counter()
             ref_scores = adjacency_score_reference(C)
             row["reference_s"] = time.perf_counter() - start
-            row["speedup_vs_reference"] = _ratio(row["reference_s"], fast["median_s"])
+            row["speedup_vs_reference"] = speed_ratio(row["reference_s"], fast["median_s"])
             row["max_abs_diff_vs_reference"] = float(np.abs(ref_scores - scores).max())
         rows.append(row)
     return {"config": config.to_dict(), "numba_threads": numba.get_num_threads(), "rows": rows}
@@ -317,7 +280,7 @@ def bench_parallel(sizes: Sizes) -> dict:
              "run_s": sequential, "speedup": 1.0},
             {"name": f"{n} processes x 1 thread", "wall_s": parallel_s,
              "run_s": [trained[r].metrics["train_seconds"] for r in runs],
-             "speedup": _ratio(sequential_s, parallel_s)}]
+             "speedup": speed_ratio(sequential_s, parallel_s)}]
     return {"runs": [list(r) for r in runs], "steps": prof.steps, "batch_size": prof.batch_size,
             "rows": rows}
 
@@ -339,7 +302,7 @@ def bench_evaluation(sizes: Sizes, device: torch.device) -> dict:
         fast = time_call(lambda: evaluate(model, pairs, prof.eval_batch_size), 3, device)
         rows.append({"task": task, "greedy_s": ref["median_s"],
                      "teacher_forced_s": fast["median_s"],
-                     "speedup": _ratio(ref["median_s"], fast["median_s"]),
+                     "speedup": speed_ratio(ref["median_s"], fast["median_s"]),
                      "accuracy_greedy": acc["greedy"],
                      "accuracy_teacher_forced": acc["teacher-forced"]})
     return {"config": prof.model.to_dict(), "n_pairs": sizes.eval_n, "rows": rows}
