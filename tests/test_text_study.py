@@ -14,7 +14,7 @@ import torch
 from nopelib.core import corpus
 from nopelib.rules import beyond_claims
 from nopelib.store import checkpoint as ck
-from nopelib.studies import results, text_study as ts
+from nopelib.studies import results, text_study as ts, text_tables
 from nopelib.training import text_lm as tl
 
 TINY = tl.TEXT_PROFILES["text_tiny"]
@@ -102,6 +102,20 @@ def test_a_tiny_text_study_writes_a_valid_file_and_reads_back_from_the_cache(tmp
     assert doc["provenance"]["unigram_bpc"] == pytest.approx(tl.unigram_bits(corpus.load()))
     assert len(nope["samples"]) == len(ts.PROMPTS)
     assert all(len(s["text"]) == ts.SAMPLE_CHARS for s in nope["samples"])
+    # the chapter's tables of the file: one row per (run, stage, length, layer) of scores,
+    # one per run of bits, and NoPE minus learned paired by seed
+    tables = text_tables.frames(doc)
+    layers = TINY.n_layer + 1
+    assert len(tables["scores"]) == layers * sum(
+        len(by_length) for r in doc["runs"] for by_length in r["scores"].values())
+    first = tables["scores"].query("encoding == 'none' and stage == 'trained' and layer == 1")
+    assert first.set_index("length").score[TINY.context] == nope["scores"]["trained"][
+        str(TINY.context)]["mean"][1]
+    bits = text_tables.bpc_summary(tables["bpc"], doc["provenance"]["unigram_bpc"])
+    assert list(bits.encoding) == ["none", "learned", "NoPE - learned"]
+    assert bits.test_bpc.iloc[2] == pytest.approx(nope["test_bpc"] - learned["test_bpc"])
+    assert len(tables["samples"]) == 2 * len(ts.PROMPTS)
+    assert set(tables["probes"].stage) == {"init", "trained"}
     ts.main(argv)  # every run from the results cache: the same runs
     assert results.load(out)["runs"] == doc["runs"]
     # an edited file is refused, naming the field
