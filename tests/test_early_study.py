@@ -57,6 +57,31 @@ def test_the_study_writes_every_run_with_its_measurements_and_resumes_from_the_c
     assert again["runs"] == json.loads(first)["runs"]
 
 
+def test_a_study_grows_by_the_runs_it_adds_and_keeps_the_committed_ones(tiny_study,
+                                                                         tmp_path, monkeypatch):
+    first = ["--tasks", "addition", "--seeds", "0", "--ablations", "none", "qk",
+             "--out", str(tiny_study)]
+    early_study.main(first)
+    before = results.load(tiny_study)
+    # another machine: an empty cache; only the ablation asked for is trained
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "other cache"))
+    early_study.main(["--tasks", "addition", "--seeds", "0", "--ablations", "embedding",
+                      "--out", str(tiny_study)])
+    after = results.load(tiny_study)
+    assert [r["frozen"] for r in after["runs"]] == [[], ["embedding"], ["qk"]]
+    assert [after["runs"][0], after["runs"][2]] == before["runs"]  # kept, not retrained
+    prov = after["provenance"]
+    assert prov["ablations"] == ["none", "embedding", "qk"] and prov["seeds"] == [0]
+    assert prov["kept_from"] == [{k: before["provenance"][k]
+                                  for k in ("command", "commit", "date")}]
+    # asking for a run the file holds trains it again and replaces it
+    early_study.main(["--tasks", "addition", "--seeds", "0", "--ablations", "qk",
+                      "--out", str(tiny_study)])
+    again = results.load(tiny_study)
+    assert [r["frozen"] for r in again["runs"]] == [[], ["embedding"], ["qk"]]
+    assert len(again["provenance"]["kept_from"]) == 2
+
+
 def test_a_file_with_a_curve_field_missing_is_refused(tiny_study):
     early_study.main(["--tasks", "reversal", "--seeds", "0", "--ablations", "none",
                       "--out", str(tiny_study)])

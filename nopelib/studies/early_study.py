@@ -30,6 +30,7 @@ may start it later.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -143,6 +144,34 @@ def jobs(profile: str, tasks: Sequence[str], seeds: Sequence[int],
     """The (task, seed, profile, frozen parts) of every run, task by task, then ablation by
     ablation, then seed by seed: the order of the file's runs."""
     return [(t, s, profile, ABLATIONS[a]) for t in tasks for a in ablations for s in seeds]
+
+
+def kept_runs(path: Path, training: dict,
+              todo: Sequence[tuple[str, int, str, tuple[str, ...]]]) -> tuple[list[dict], list]:
+    """The runs of the committed file at ``path`` that this invocation keeps: those of the same
+    study profile (``training``, its record) whose (task, seed, frozen parts) ``todo`` does not
+    compute, and the invocations they came from (the file's ``kept_from``, then its own
+    command, commit and date). A study grows by what it adds: none without a file or under
+    another profile record. An unreadable file raises ResultsError: it is not overwritten
+    unread."""
+    if not path.is_file():
+        return [], []
+    old = results.load(path)
+    prov = old["provenance"]
+    if prov["training"] != json.loads(json.dumps(training)):  # tuples as the file has them
+        return [], []
+    mine = {(task, seed, tuple(frozen)) for task, seed, _, frozen in todo}
+    kept = [r for r in old["runs"] if (r["task"], r["seed"], tuple(r["frozen"])) not in mine]
+    if not kept:
+        return [], []
+    return kept, [*prov.get("kept_from", []), {k: prov[k] for k in ("command", "commit", "date")}]
+
+
+def run_order(runs: Sequence[dict]) -> list[dict]:
+    """``runs`` in the file's order: task, then ablation, then seed."""
+    tasks, names = list(TASKS), list(ABLATIONS)
+    return sorted(runs, key=lambda r: (tasks.index(r["task"]),
+                                       names.index(ablation_name(r["frozen"])), r["seed"]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -334,15 +363,22 @@ def main(argv: list[str] | None = None) -> None:
     if not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
         parser.error(f"--out={str(out)!r}: {str(out.parent)!r} is not a writable folder")
     start = time.perf_counter()
-    runs = run_study(args.profile, args.tasks, args.seeds, args.ablations, args.workers)
     steps, every = WINDOWS[args.profile]
+    training = early_profile(PROFILES[args.profile], steps, every).record()
+    kept, kept_from = kept_runs(out, training, jobs(args.profile, args.tasks, args.seeds,
+                                                    args.ablations))
+    runs = run_order([*kept, *run_study(args.profile, args.tasks, args.seeds, args.ablations,
+                                        args.workers)])
     doc = {"provenance": results.provenance(
         "python -m nopelib.studies.early_study", argv, start, profile=args.profile,
-        training=early_profile(PROFILES[args.profile], steps, every).record(),
-        window=steps, every=every, tasks=list(args.tasks), seeds=list(args.seeds),
-        ablations=list(args.ablations)), "runs": runs}
+        training=training, window=steps, every=every,
+        tasks=[t for t in TASKS if any(r["task"] == t for r in runs)],
+        seeds=sorted({r["seed"] for r in runs}),
+        ablations=[a for a in ABLATIONS if any(ablation_name(r["frozen"]) == a for r in runs)],
+        **({"kept_from": kept_from} if kept_from else {})), "runs": runs}
     results.write(out, doc, "early")
-    print(f"wrote {out}: {len(runs)} runs in {time.perf_counter() - start:.0f} s")
+    print(f"wrote {out}: {len(runs)} runs ({len(kept)} kept from the committed file) in "
+          f"{time.perf_counter() - start:.0f} s")
 
 
 if __name__ == "__main__":

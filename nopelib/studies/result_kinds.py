@@ -21,8 +21,8 @@ from nopelib.studies.result_checks import (bad_value, check_complete, check_dist
                                            layer_rows, profile_record)
 from nopelib.studies.result_schema import (ACCURACIES, EARLY_CURVE, EARLY_RUN, EARLY_SHARES,
                                            EXTRA_RUN, GAP, LONG_RUN, LOSSES, PRECISION_POLICY,
-                                           REL_TOL, RUN, ResultsError, Rule, SECONDS, SEED_FIELD,
-                                           SHARE, STEPS, int_rule, list_of, number_rule,
+                                           PROVENANCE, REL_TOL, RUN, ResultsError, Rule, SECONDS,
+                                           SEED_FIELD, SHARE, STEPS, int_rule, list_of, number_rule,
                                            object_rule, one_of, rows_rule, text_rule)
 from nopelib.training.text_lm import TextProfile, lengths_for
 from nopelib.training.train_profile import PRECISIONS, TrainProfile
@@ -201,6 +201,12 @@ def check_early(name: str, doc: dict) -> None:
     except (TypeError, ValueError, KeyError) as exc:
         raise ResultsError(f"{name}: provenance.training: {exc}") from None
     layers = prof.model.n_layer + 1
+    kept_from = prov.get("kept_from", [])  # a merged file: the invocations of its kept runs
+    if not isinstance(kept_from, list) or "kept_from" in prov and not kept_from:
+        raise bad_value(f"{name}: provenance.kept_from", kept_from, "a non-empty list")
+    for i, earlier in enumerate(kept_from):
+        check_fields(f"{name}: provenance.kept_from[{i}]", earlier,
+                     {k: PROVENANCE[k] for k in ("command", "commit", "date")})
     finite: Rule = (number_rule(), "a finite number")
     series = {k: ACCURACIES if k in EARLY_SHARES else finite for k in EARLY_CURVE[1:]}
     for i, run in enumerate(runs):
