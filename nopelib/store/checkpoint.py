@@ -5,7 +5,7 @@ time it is asked for (``runs.train_or_load``, and so ``launch.train_many``), and
 it would have without the stop. The checkpoints of the run with key K are folders
 ``<cache>/checkpoints/K/<step>/``, each with two files: the tensors (``tensors.safetensors``)
 and the rest (``state.json``), which records the run key, the step, the SHA-256 of the tensors
-file and of itself. What they hold is the writer's business (``train.fit``); this module writes,
+file and of itself. What they hold is the writer's business (``loop.fit``); this module writes,
 reads, verifies and clears them, by the run cache's rules (``nopelib.store.cache``):
 
 - a checkpoint is written into a temporary folder, flushed to disk, and renamed into place, so

@@ -13,8 +13,8 @@ own code paths:
   4096, against the plain-loop definition the tests use (``adjacency_score_reference``).
 - ``parallel``: cpu-profile runs one after another against one process per core
   (``launch.train_many``'s scheme), process start included.
-- ``evaluation``: ``train.greedy_accuracy`` against ``train.evaluate`` (teacher forcing); their
-  accuracies must agree.
+- ``evaluation``: ``exact_match.greedy_accuracy`` against ``exact_match.evaluate`` (teacher
+  forcing); their accuracies must agree.
 - ``probe``: ``features.model_states`` and one ``probe.fit_probe`` per feature set.
 - ``chapters``: each chapter of ``_toc.yml`` run with nbclient: results cache off
   (``NOPELIB_MEMO=0``), then on twice; the second is a rerun that reads ``nopelib.store.memo``.

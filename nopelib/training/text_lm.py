@@ -4,7 +4,7 @@ The model is the book's decoder (``nopelib.core.model.GPT``) with the corpus's 6
 as a language model: every position of a row predicts the next character. A NoPE model and
 one with a learned position embedding (``pos_encoding="learned"``, the same size otherwise)
 train on the same rows in the same order for a seed, so their bits per character differ by
-what the encoding buys. Training is ``train.fit``, the loop every run of the book trains in
+what the encoding buys. Training is ``loop.fit``, the loop every run of the book trains in
 (AdamW with decay on matrices, warm-up then cosine decay, gradient clipping, checkpoints).
 
 - ``TextProfile``: the model size, context and schedule, with why each was chosen.
@@ -98,7 +98,7 @@ class TextProfile:
                          init_std=self.init_std)
 
     def loop(self) -> TrainProfile:
-        """The schedule as ``train.fit`` reads it (a fixed budget, cosine decay). The task
+        """The schedule as ``loop.fit`` reads it (a fixed budget, cosine decay). The task
         fields of a TrainProfile mean nothing here and hold placeholders."""
         return TrainProfile(
             name=self.name, model=GPTConfig(), steps=self.steps, batch_size=self.batch_size,
@@ -207,7 +207,7 @@ def train_text(corpus: Corpus, encoding: str, seed: int, profile: TextProfile,
     checkpoint, given ``checkpoints``): rows of ``context + 1`` consecutive characters, a fresh
     permutation of them every epoch drawn by ``numpy.random.default_rng(seed)``, the model
     initialised under ``torch.manual_seed(seed)``. Returns the model (eval mode) and its
-    metrics: ``train.fit``'s, with a curve point every ``curve_every`` steps holding the
+    metrics: ``loop.fit``'s, with a curve point every ``curve_every`` steps holding the
     validation bits per character (``val_bpc``, on the first ``n_curve`` validation rows) and
     every layer's adjacency score at the context length (``scores``, the mean over
     ``n_curve_windows`` validation windows)."""
