@@ -13,12 +13,13 @@ from nopelib.core.metrics import (layer_scores, length_groups, adjacency_score,
 from nopelib.core.model import GPTConfig
 from nopelib.core.tasks import TASKS, encode_inputs
 from nopelib.rules.claims import LEARNED_AT
-from nopelib.studies.analysis import (band_region, config_scores, layer_mean_std, length_scores,
+from nopelib.studies.analysis import (band_region, config_scores, length_scores,
                                       lift_over_layer0, mean_std_table, paired_difference,
                                       reading_means, rise_to_last_layer, sample_inputs, seed_series,
                                       slider_frames, task_scores)
 from nopelib.studies.margins import pairwise_differences, per_seed, seed_margins
-from nopelib.studies.one_model import (is_learned, layer_matrix, long_sequence, permutation_gap,
+from nopelib.rules.claims import is_learned
+from nopelib.studies.one_model import (layer_matrix, long_sequence, permutation_gap,
                                        random_model, similarity_matrices)
 
 TINY = GPTConfig(n_layer=2, n_head=2, n_embd=32)
@@ -187,14 +188,6 @@ def _init_study() -> pd.DataFrame:
             for r in ("embedding", "all") for m in (0.0, 4.0) for s in (0.02, 0.2)
             for seed in range(2) for layer in range(3)]
     return pd.DataFrame(rows)
-
-
-def test_layer_mean_std_averages_rows_of_a_seed_first() -> None:
-    frame = task_scores(TINY, [0, 1], 2)
-    mean, std = layer_mean_std(frame)
-    per_seed = frame.groupby(["seed", "layer"]).score.mean().unstack()
-    np.testing.assert_array_equal(mean, per_seed.to_numpy().mean(0))
-    np.testing.assert_array_equal(std, per_seed.to_numpy().std(0, ddof=1))
 
 
 def test_reading_means_and_lift_over_layer0() -> None:

@@ -5,34 +5,19 @@ verdicts. The whole page runs in the book build and under nbval."""
 
 from __future__ import annotations
 
-import json
 import re
 
 import pandas as pd
 import pytest
 
-from nopelib.book import beyond_rows, score_rows, scorecard
+from nopelib.book import beyond_rows, chapters, score_rows, scorecard
+from nopelib.core.chapter import ChapterSpec
 from nopelib.core.model import GPTConfig
 from nopelib.rules import beyond_claims, claims, init_claims
 from nopelib.training.profiles import PROFILES
 
-SPEC = scorecard.SPECS["1: layer 1 jumps to 0.8-1.0"]
+SPEC = scorecard.SPECS[init_claims.LAYER1]
 BASE = score_rows.model_of(GPTConfig())
-
-
-def test_chapter_defaults_are_the_parameters_cells():
-    p = scorecard.chapter_defaults("random_init")
-    cells = json.loads((score_rows.BOOK / "random_init.ipynb").read_text())["cells"]
-    source = next("".join(c["source"]) for c in cells
-                  if "parameters" in c["metadata"].get("tags", []))
-    names: dict = {}
-    exec(source, {}, names)
-    assert p == names and isinstance(p["n_seeds"], int)
-    assert scorecard.chapter_defaults("probes")["model_seeds"] == list(range(10))
-    # the scorecard chapter's own parameters are the ones its check cell knows
-    assert set(scorecard.chapter_defaults("scorecard")) == set(scorecard.CHAPTER_PARAMS)
-    with pytest.raises(FileNotFoundError):
-        scorecard.chapter_defaults("no_such_chapter")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -192,14 +177,16 @@ def test_trained_rows_name_the_profiles_model_and_its_place_in_the_grid(monkeypa
 
 def test_the_scorecard_puts_the_paper_models_rows_first_and_refs_each_reading(monkeypatch):
     tasks = _fake_study(monkeypatch, {}, studied=("study",))
-    monkeypatch.setattr(scorecard, "chapter_defaults", lambda chapter: {"tasks": tasks})
-    monkeypatch.setattr(scorecard, "init_evidence", lambda p: {})
+    trained = chapters.TRAINED
+    monkeypatch.setattr(chapters, "TRAINED", ChapterSpec(
+        "trained", trained.rules, {**trained.defaults, "tasks": tasks}))
+    monkeypatch.setattr(scorecard, "init_studies", lambda p: {})
     monkeypatch.setattr(scorecard, "init_rows", lambda ev, p: [])
     monkeypatch.setattr(scorecard, "beyond_rows", lambda ev, p: [])
     monkeypatch.setattr(scorecard, "long_rows", lambda: [])
     monkeypatch.setattr(scorecard, "text_rows", lambda: [])
     monkeypatch.setattr(scorecard, "probe_rows", lambda pp, studies: [
-        scorecard.make_row(scorecard.SPECS["5: trained"], score_rows.PROBE_READING, s["model"],
+        scorecard.make_row(scorecard.SPECS[init_claims.PROBE_TRAINED], score_rows.PROBE_READING, s["model"],
                        None, "group", "e", s["note"] or "stub") for s in studies])
     card, groups = scorecard.scorecard(("paper_study", "study", "paper_study"))
     assert list(card.columns) == list(scorecard.COLUMNS)
@@ -337,7 +324,7 @@ def test_text_rows_judge_the_initialisation_live_and_leave_the_trained_untested(
     frame = pd.DataFrame([dict(encoding="none", stage="init", seed=s, layer=layer, length=n,
                                score=(0.9 if layer else 0.5) + 0.01 * s)
                           for s in seeds for n in lengths for layer in range(5)])
-    monkeypatch.setattr(beyond_rows, "memo", lambda fn, *args, **kw: fn(*args, **kw))
+    monkeypatch.setattr(chapters, "memo", lambda fn, *args, **kw: fn(*args, **kw))
     monkeypatch.setattr(text_study, "init_scores", lambda profile, s, n: frame)
     rows = scorecard.text_rows()
     assert [r["claim"] for r in rows] == [c for c, _ in beyond_claims.TEXT_CLAIMS]

@@ -11,13 +11,13 @@ from dataclasses import replace
 
 import pandas as pd
 
-from nopelib.book.score_rows import (OUTSIDE, chapter_defaults, grid_status, in_paper_grid, link,
-                                     make_row, model_label, model_of, span_text)
+from nopelib.book.chapters import TEXT, text_init
+from nopelib.book.score_rows import (OUTSIDE, grid_status, in_paper_grid, link, make_row,
+                                     model_label, model_of, span_text)
 from nopelib.core import corpus
 from nopelib.core.model import GPTConfig
 from nopelib.rules import beyond_claims, claims, init_claims
-from nopelib.store.memo import memo
-from nopelib.studies import analysis as an, long_context, results, text_study
+from nopelib.studies import analysis as an, long_context, results
 from nopelib.studies.theory_studies import prediction_table
 from nopelib.training import text_lm
 
@@ -144,14 +144,14 @@ def text_rows() -> list[dict]:
     """Rows past the paper on real text (``beyond_claims.TEXT_CLAIMS``): the initialisation reading
     judged on the text chapter's live study at its default parameters (the same cached call
     as the chapter's), the trained readings untested until the text study is committed."""
-    p = chapter_defaults("text")
+    p = TEXT.params()
     prof = text_lm.get_text_profile(p["profile"])
     model = model_of(prof.config("none", len(corpus.load().vocab)))
     specs = [(c, r, (c, paper, "text", anchor)) for (c, r), paper, anchor in zip(
         beyond_claims.TEXT_CLAIMS, TEXT_PAPER,
         ["the-first-reading-of-the-rule"] + ["the-trained-study-and-the-rule-that-will-judge-it"]
         * (len(beyond_claims.TEXT_CLAIMS) - 1))]
-    scores = memo(text_study.init_scores, p["profile"], p["seeds"], p["lengths"])
+    scores = text_init(p)
     table = claims.claim_table(beyond_claims.text_init_claims(scores), by="group")
     claim, reading, spec = specs[0]
     rows = [make_row(spec, reading, model, table, "group",

@@ -8,26 +8,21 @@ probes' (claim 5).
 
 from __future__ import annotations
 
-import ast
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from pathlib import Path
 
 import pandas as pd
 
+from nopelib.book.chapters import section_of
 from nopelib.core.model import GPTConfig
 from nopelib.core.probe import RidgeConfig
-from nopelib.rules import claims, init_claims
-from nopelib.store.memo import memo
+from nopelib.rules import beyond_claims, claims, init_claims
 from nopelib.studies import analysis as an, committed
 from nopelib.studies.probe_study import (mlp_studies, paired_differences, random_studies,
                                          trained_comparison)
-from nopelib.studies.theory_studies import predicted_config_scores
 from nopelib.training.profiles import PROFILES
 
 
-BOOK = Path(__file__).resolve().parents[2] / "book"
 # the trained studies the scorecard shows by default, in order: the paper's model first
 TRAINED_PROFILES = ("paper_study", "study")
 # the scorecard's words: claims.overall's over a reading's groups, and "untested"
@@ -46,38 +41,28 @@ PAPER_WIDTHS = (192, 768)  # ... x 192 to 768 wide, NoPE and causal
 INSIDE, OUTSIDE, PARTLY = ("inside the paper's grid", "outside the paper's grid",
                            "partly inside the paper's grid")
 
-# (claim label in nopelib.rules.claims, the paper's statement, chapter page and section anchor)
-PAPER_ROWS = (
-    ("1: layer 0 is about 0.5", "Layer 0 (the token embeddings) scores about 0.5.",
-     "random_init", "the-adjacency-score-per-layer"),
-    ("1: layer 1 jumps to 0.8-1.0", "After the first causal attention layer the score jumps "
-     "to 0.8-1.0.", "random_init", "the-adjacency-score-per-layer"),
-    ("2: the pattern holds at initialisation, every task", "The pattern holds before "
-     "training, for every task.", "random_init", "the-adjacency-score-per-layer"),
-    ("2: the pattern holds at initialisation, 6-24 layers x 192-768 wide", "It holds for "
-     "6-24 layers and 192-768 widths.", "random_init",
-     "depth-and-width-predicted-then-measured"),
-    ("2: the pattern holds after training", "It holds after training, for every task.",
-     "trained", "the-paper-s-claims"),
-    ("3: sigma <= 0.02 keeps the pattern", "An initialisation with sigma <= 0.02 keeps it "
-     "stable.", "random_init", "the-initialisation-study"),
-    ("3: sigma = 0.2 removes it", "At sigma = 0.2 it is gone.", "random_init",
-     "the-initialisation-study"),
-    ("3: the means 0, 4, 8 matter little", "The means 0, 4 and 8 have little effect.",
-     "random_init", "the-initialisation-study"),
-    ("4: the first layers keep it", "Trained models keep a strong pattern in the first "
-     "layers.", "trained", "the-paper-s-claims"),
-    ("4: later layers weaken it", "It weakens in later layers.", "trained",
-     "the-paper-s-claims"),
-    ("5: random init", "Cosine-similarity features predict position better than variance "
-     "features (random initialisation).", "probes",
-     "cosine-against-variance-paired-with-the-model-as-the-unit"),
-    ("5: random init, the paper's MLP probe", "The same, with the paper's probe (a 4-layer "
-     "MLP).", "probes", "the-paper-s-probe-a-4-layer-mlp-beside-the-ridge"),
-    ("5: trained", "The same for trained models.", "probes", "trained-models"),
-    ("6: beyond ~30 tokens", "A limit the authors admit: sequences of about 30 tokens only.",
-     "random_init", "length-beyond-the-paper-s-inputs-with-and-without-repeats"),
+# (claim label in nopelib.rules, the paper's statement), in the scorecard's order; the chapter
+# and section that judge each come from the chapters' specs (``chapters.section_of``)
+PAPER_CLAIMS = (
+    (init_claims.LAYER0, "Layer 0 (the token embeddings) scores about 0.5."),
+    (init_claims.LAYER1, "After the first causal attention layer the score jumps to 0.8-1.0."),
+    (init_claims.EVERY_TASK, "The pattern holds before training, for every task."),
+    (init_claims.THE_GRID, "It holds for 6-24 layers and 192-768 widths."),
+    (claims.AFTER_TRAINING, "It holds after training, for every task."),
+    (init_claims.SMALL_SIGMA, "An initialisation with sigma <= 0.02 keeps it stable."),
+    (init_claims.LARGE_SIGMA, "At sigma = 0.2 it is gone."),
+    (init_claims.MEANS, "The means 0, 4 and 8 have little effect."),
+    (claims.FIRST_KEEP, "Trained models keep a strong pattern in the first layers."),
+    (claims.LATER_WEAKEN, "It weakens in later layers."),
+    (init_claims.PROBE_RANDOM, "Cosine-similarity features predict position better than "
+     "variance features (random initialisation)."),
+    (init_claims.PROBE_RANDOM_MLP, "The same, with the paper's probe (a 4-layer MLP)."),
+    (init_claims.PROBE_TRAINED, "The same for trained models."),
+    (beyond_claims.SHORT_INPUTS, "A limit the authors admit: sequences of about 30 tokens "
+     "only."),
 )
+# (claim label, the paper's statement, chapter page, section anchor) per claim
+PAPER_ROWS = tuple((claim, paper, *section_of(claim)) for claim, paper in PAPER_CLAIMS)
 SPECS = {spec[0]: spec for spec in PAPER_ROWS}
 # the probe claim's reading (init_claims.probe_claims: both metrics at every layer from 1)
 PROBE_READING = "cosine features: lower NRMSE and higher R, every layer from 1"
@@ -149,39 +134,6 @@ def model_of(configs: GPTConfig | Sequence[GPTConfig], note: str = "") -> tuple[
 # the rows
 
 
-def chapter_defaults(chapter: str) -> dict[str, object]:
-    """The default parameters of a chapter: the values its cell tagged ``parameters``
-    assigns (those papermill would override)."""
-    cells = json.loads((BOOK / f"{chapter}.ipynb").read_text())["cells"]
-    source = next(("".join(c["source"]) for c in cells
-                   if "parameters" in c.get("metadata", {}).get("tags", [])), None)
-    if source is None:
-        raise ValueError(f"chapter={chapter!r} has no cell tagged 'parameters'")
-    names: dict[str, object] = {}
-    # the cell is plain assignments of literals (list(range(n)) at most): run it with no
-    # builtins but those two
-    exec(compile(ast.parse(source), f"{chapter}.ipynb", "exec"),
-         {"__builtins__": {"list": list, "range": range}}, names)
-    return names
-
-
-def init_evidence(p: Mapping[str, object]) -> dict[str, pd.DataFrame]:
-    """The random-init chapter's studies at its parameters ``p``: the base model per task,
-    the initialisation study, the depth-and-width grid with its closed-form prediction, and
-    the controls (the same cached calls as the chapter's)."""
-    seeds, n = list(range(p["n_seeds"])), p["inputs_per_task"]
-    grid_seeds, grid_n = list(range(p["grid_seeds"])), p["grid_inputs_per_task"]
-    grid_configs = an.grid_overrides(p["grid_layers"], p["grid_widths"])
-    return dict(
-        base=memo(an.task_scores, GPTConfig(), seeds, n),
-        init=memo(an.config_scores, an.init_overrides(p["init_means"], p["init_stds"]),
-                  seeds, n),
-        grid=memo(an.config_scores, grid_configs, grid_seeds, grid_n),
-        grid_pred=predicted_config_scores(grid_configs, grid_seeds, grid_n),
-        controls=memo(an.config_scores, an.control_overrides(), seeds, n),
-    )
-
-
 def link(page: str, anchor: str) -> str:
     return f'<a href="{page}.html#{anchor}">{page.replace("_", " ")}</a>'
 
@@ -224,7 +176,8 @@ def make_row(spec: tuple[str, str, str, str], reading: str, model: tuple[str, st
 
 
 def init_rows(ev: Mapping[str, pd.DataFrame], p: Mapping[str, object]) -> list[dict]:
-    """The rows of results 1 to 3 (random initialisation) from ``init_evidence``, one per
+    """The rows of results 1 to 3 (random initialisation) from the random-initialisation
+    chapter's studies ``ev`` (``base``, ``init``, ``grid``: ``chapters.init_base`` etc.), one per
     reading of ``init_claims.INIT_CLAIMS``: the base model, the grid's configurations, the
     initialisation study's (token-embedding reading) for the sigma rows."""
     table = claims.claim_table(init_claims.init_claims(ev["base"], ev["init"], ev["grid"]),
@@ -241,12 +194,11 @@ def init_rows(ev: Mapping[str, pd.DataFrame], p: Mapping[str, object]) -> list[d
                  f"{p['grid_inputs_per_task']} inputs per task per seed")
     sigma_live = f"{live}; the token-embedding reading of the initialisation study"
     study_note = ", the initialisation study"
-    keeps, removes, means = (c for c, _ in init_claims.INIT_CLAIMS[4:7])
     models = {  # claim -> (model, evidence)
-        init_claims.INIT_CLAIMS[3][0]: (model_of(grid, ", the grid"), grid_live),
-        keeps: (model_of(sigmas(lambda s: s <= 0.02), study_note), sigma_live),
-        removes: (model_of(sigmas(lambda s: s >= 0.2), study_note), sigma_live),
-        means: (model_of(sigmas(lambda s: s <= 0.02), study_note), sigma_live),
+        init_claims.THE_GRID: (model_of(grid, ", the grid"), grid_live),
+        init_claims.SMALL_SIGMA: (model_of(sigmas(lambda s: s <= 0.02), study_note), sigma_live),
+        init_claims.LARGE_SIGMA: (model_of(sigmas(lambda s: s >= 0.2), study_note), sigma_live),
+        init_claims.MEANS: (model_of(sigmas(lambda s: s <= 0.02), study_note), sigma_live),
     }
     rows = []
     for claim, reading in init_claims.INIT_CLAIMS:

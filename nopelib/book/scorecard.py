@@ -19,8 +19,8 @@ profile asked for, the paper's model first (``TRAINED_PROFILES``): a profile wit
 study gives "untested" rows that say it is not yet trained.
 
 Every verdict comes from the rules of ``nopelib.rules.claims`` (the ones the chapters use), applied
-to the chapters' own studies at the chapters' default parameters: ``chapter_defaults`` reads
-them from each chapter's parameters cell, and the studies come from the same calls through the
+to the chapters' own studies at the chapters' default parameters: each chapter's spec
+(``nopelib.book.chapters``) declares them, and the studies come from the same calls through the
 run and results caches (``nopelib.store.memo``), so within one build the scorecard judges the very
 numbers the chapters show. ``to_html`` draws the rows as a list of verdicts: a coloured badge,
 the claim and its reading, the model; the measurement, the evidence and the section folded
@@ -35,15 +35,12 @@ from html import escape
 import pandas as pd
 
 from nopelib.book.beyond_rows import beyond_rows, long_rows, text_rows
+from nopelib.book import chapters
 from nopelib.book.score_rows import (COLUMNS, INSIDE, OUTSIDE, PAPER_ROWS, PARTLY, SPECS,
-                                     TRAINED_PROFILES, VERDICTS, chapter_defaults, init_evidence,
-                                     init_rows, make_row, probe_rows, trained_rows)
-from nopelib.core.params import Choice
+                                     TRAINED_PROFILES, VERDICTS, init_rows, make_row,
+                                     probe_rows, trained_rows)
+from nopelib.rules import beyond_claims
 from nopelib.training.profiles import PROFILES
-
-# the chapter's parameters: the trained study of the paper's model (shown first) and the
-# committed study shown beside it
-CHAPTER_PARAMS = {"headline_profile": Choice(PROFILES), "profile": Choice(PROFILES)}
 
 
 def _refs(rows: Sequence[Mapping]) -> dict[tuple[str, str], str]:
@@ -69,6 +66,14 @@ def _profiles(profiles: str | Sequence[str]) -> list[str]:
     return profiles
 
 
+def init_studies(p: Mapping[str, object]) -> dict[str, pd.DataFrame]:
+    """The random-initialisation chapter's studies at its parameters ``p``, the very cached
+    calls the chapter makes (``nopelib.book.chapters``)."""
+    return dict(base=chapters.init_base(p), init=chapters.init_sigmas(p),
+                grid=chapters.init_grid(p), grid_pred=chapters.init_grid_predicted(p),
+                controls=chapters.init_controls(p))
+
+
 def scorecard(profiles: str | Sequence[str] = TRAINED_PROFILES
               ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every row, one per reading: results 1 to 6 of the paper then what goes beyond it
@@ -76,9 +81,9 @@ def scorecard(profiles: str | Sequence[str] = TRAINED_PROFILES
     model first), and the tests behind them, one row per reading and group
     (``GROUP_COLUMNS``)."""
     profiles = _profiles(profiles)
-    p, pp = chapter_defaults("random_init"), chapter_defaults("probes")
-    tasks = chapter_defaults("trained")["tasks"]
-    ev = init_evidence(p)
+    p, pp = chapters.RANDOM_INIT.params(), chapters.PROBES.params()
+    tasks = chapters.TRAINED.params()["tasks"]
+    ev = init_studies(p)
     rows = init_rows(ev, p)
     studies = []
     for profile in profiles:
@@ -87,7 +92,7 @@ def scorecard(profiles: str | Sequence[str] = TRAINED_PROFILES
         studies.append(info)
     rows += probe_rows(pp, studies)
     headline = studies[0]
-    rows.append(make_row(SPECS["6: beyond ~30 tokens"], "the pattern on trained models at "
+    rows.append(make_row(SPECS[beyond_claims.SHORT_INPUTS], "the pattern on trained models at "
                          "lengths past the paper's", headline["model"], None, "group",
                          "no trained model on long sequences", "untested on trained models; at "
                          "initialisation see the long-sequence rows below"))

@@ -63,6 +63,14 @@ RULES = {
 }
 
 
+def is_learned(metrics: Sequence[Mapping], n_test: int) -> bool:
+    """The book's learnedness criterion for one task: every seed's run (its metrics, with
+    ``accuracy`` and ``n_test``) reaches ``LEARNED_AT`` exact match on the whole test split
+    of ``n_test`` examples. Claims about trained models are made on learned tasks only."""
+    return bool(metrics) and all(m["accuracy"] >= LEARNED_AT and m["n_test"] == n_test
+                                 for m in metrics)
+
+
 def check_rules(rules: str) -> str:
     """``rules`` if it names a rule set of RULES; a ValueError naming the allowed ones."""
     if rules not in RULES:
@@ -176,12 +184,15 @@ def learned_phase(steps: Sequence[int], accuracy: Sequence[float],
 # (``before``), after training (``after``), and averaged over the learned phase of the run's
 # trajectory (``phase``, by ``learned_phase``): "keeps" and "weakens" describe training, so
 # they are read along the trajectory, not at its last step.
+AFTER_TRAINING = "2: the pattern holds after training"
+FIRST_KEEP = "4: the first layers keep it"
+LATER_WEAKEN = "4: later layers weaken it"
 TRAINED_CLAIMS = (
-    ("2: the pattern holds after training", "every layer above chance (0.5)"),
-    ("2: the pattern holds after training", "every layer above the format's layer 0"),
-    ("4: the first layers keep it", "layer 1 at least 0.8 through the learned phase"),
-    ("4: later layers weaken it", "last layer below layer 1 through the learned phase"),
-    ("4: later layers weaken it", "last layer below its initialisation through the learned phase"),
+    (AFTER_TRAINING, f"every layer above chance ({CHANCE:g})"),
+    (AFTER_TRAINING, "every layer above the format's layer 0"),
+    (FIRST_KEEP, f"layer 1 at least {KEEPS_AT:g} through the learned phase"),
+    (LATER_WEAKEN, "last layer below layer 1 through the learned phase"),
+    (LATER_WEAKEN, "last layer below its initialisation through the learned phase"),
 )
 
 

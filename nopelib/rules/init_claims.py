@@ -23,15 +23,22 @@ LITTLE = 0.05  # "little effect" of the mean: the spec's bound on the shift of a
 # its task inputs averaged first); groups: the base model (result 1), each task and each
 # (depth, width) of the grid (result 2), each (mean, sigma) of the initialisation study in the
 # token-embedding reading (result 3). A two-sided reading ("within") is two one-sided tests.
+# the claims' labels, each typed here once (the scorecard and the chapters import them)
+LAYER0 = f"1: layer 0 is about {CHANCE:g}"
+LAYER1 = f"1: layer 1 jumps to {KEEPS_AT:g}-1.0"
+EVERY_TASK = "2: the pattern holds at initialisation, every task"
+THE_GRID = "2: the pattern holds at initialisation, 6-24 layers x 192-768 wide"
+SMALL_SIGMA = "3: sigma <= 0.02 keeps the pattern"
+LARGE_SIGMA = "3: sigma = 0.2 removes it"
+MEANS = "3: the means 0, 4, 8 matter little"
 INIT_CLAIMS = (
-    ("1: layer 0 is about 0.5", "layer 0 within 0.1 of 0.5"),
-    ("1: layer 1 jumps to 0.8-1.0", "layer 1 at least 0.8"),
-    ("2: the pattern holds at initialisation, every task", "every layer at least 0.8"),
-    ("2: the pattern holds at initialisation, 6-24 layers x 192-768 wide",
-     "every layer at least 0.8"),
-    ("3: sigma <= 0.02 keeps the pattern", "every layer at least 0.8, every mean"),
-    ("3: sigma = 0.2 removes it", "every layer within 0.1 of layer 0, every mean"),
-    ("3: the means 0, 4, 8 matter little", "every layer within 0.05 of mean 0's"),
+    (LAYER0, f"layer 0 within {NEAR_CHANCE:g} of {CHANCE:g}"),
+    (LAYER1, f"layer 1 at least {KEEPS_AT:g}"),
+    (EVERY_TASK, f"every layer at least {KEEPS_AT:g}"),
+    (THE_GRID, f"every layer at least {KEEPS_AT:g}"),
+    (SMALL_SIGMA, f"every layer at least {KEEPS_AT:g}, every mean"),
+    (LARGE_SIGMA, f"every layer within {GONE:g} of layer 0, every mean"),
+    (MEANS, f"every layer within {LITTLE:g} of mean 0's"),
 )
 
 
@@ -127,6 +134,10 @@ def prediction_sides(predicted: Sequence[float], measured: Sequence[float],
 # probes (PAPER.md, result 5)
 
 PROBE_CLAIM = "5: cosine features predict position better than variance features"
+# the scorecard's three readings of it, by the models probed
+PROBE_RANDOM = "5: random init"
+PROBE_RANDOM_MLP = "5: random init, the paper's MLP probe"
+PROBE_TRAINED = "5: trained"
 
 
 def probe_claims(diffs: pd.DataFrame, model: str, layers: Sequence[int] | None = None,

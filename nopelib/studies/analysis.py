@@ -126,14 +126,6 @@ def seed_series(
     return series
 
 
-def layer_mean_std(scores: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and std over seeds of the score per layer, each seed's score first averaged over
-    its rows (tasks, configurations): ([n_layer + 1], [n_layer + 1]). ``scores`` has columns
-    ``seed``, ``layer``, ``score`` (``task_scores``, ``config_scores``)."""
-    per_seed = scores.groupby(["seed", "layer"]).score.mean().unstack()  # [seed, layer]
-    return summarize(per_seed.to_numpy())
-
-
 def reading_means(scores: pd.DataFrame, reading: str, per_seed: bool = False) -> pd.Series:
     """Mean score over seeds of the initialisation study (``config_scores`` over init_target,
     init_mean, init_std) in one reading ("embedding" or "all"), indexed by (init_mean,
@@ -260,9 +252,9 @@ def slider_frames(
     return matrices, scores
 
 
-# The random-initialisation chapter's parameters and their rules (its ``parameters`` cell: edit the two
-# together). Upper bounds are rough costs on the 2-core development machine, far
-# above the defaults; the reason is in each message.
+# The rules of the random-initialisation chapter's parameters; its defaults and claims are its
+# spec, ``nopelib.book.chapters.RANDOM_INIT``. Upper bounds are rough costs on the 2-core
+# development machine, far above the defaults; the reason is in each message.
 CHAPTER_PARAMS = {
     # claim 3's spreads and tolerances need two or more
     "n_seeds": Int(min=2, max=200, why="each seed scores 26 base models (Figure 1 in two "

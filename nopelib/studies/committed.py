@@ -18,7 +18,6 @@ import pandas as pd
 
 from nopelib.rules import claims
 from nopelib.studies import results
-from nopelib.studies.one_model import is_learned
 from nopelib.training.profiles import PROFILES
 
 
@@ -82,7 +81,7 @@ def study_accuracy(table: pd.DataFrame, n_test: int,
                    n_seeds: int | None = None) -> pd.DataFrame:
     """Per task of ``study_table``: exact match per seed (columns ``seed s``), the lowest,
     the task's majority-answer share (``baselines``), whether the task is learned
-    (``one_model.is_learned``), whether every run is past its plateau with the claim rule's
+    (``claims.is_learned``), whether every run is past its plateau with the claim rule's
     margin (``with margin``), and how many seeds its file holds (``seeds``) against the
     ``n_seeds`` of its profile (``complete``; a study in flight holds fewer): the tasks judged
     are learned, with margin and complete."""
@@ -91,7 +90,7 @@ def study_accuracy(table: pd.DataFrame, n_test: int,
     acc["lowest"] = acc.min(axis=1)
     if baselines is not None:
         acc["majority"] = [baselines[t] for t in acc.index]
-    acc["learned"] = [is_learned(g.to_dict("records"), n_test)
+    acc["learned"] = [claims.is_learned(g.to_dict("records"), n_test)
                       for _, g in table.groupby("task")]
     acc["with margin"] = table.groupby("task")["with_margin"].all()
     acc["seeds"] = table.groupby("task")["seed"].nunique()

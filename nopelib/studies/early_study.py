@@ -177,7 +177,7 @@ def run_order(runs: Sequence[dict]) -> list[dict]:
 # ---------------------------------------------------------------------------------------------
 # the chapter's live part: block 1 at initialisation, measured and predicted
 
-# The chapter's parameters (its ``parameters`` cell: edit the two together)
+# The rules of the chapter's parameters (its spec: ``nopelib.book.chapters.EARLY_DYNAMICS``)
 CHAPTER_PARAMS = {
     "profile": Choice(WINDOWS),
     "init_profiles": ListOf(Choice(WINDOWS), unique=True),
@@ -293,6 +293,11 @@ def causes(runs: pd.DataFrame) -> pd.DataFrame:
                                       "lowest_ablated", "verdict"])
 
 
+# what each ablation holds at its initial values, in words
+HELD = {"embedding": "the token embedding", "qk": "block 1's queries and keys",
+        "both": "the token embedding and block 1's queries and keys"}
+
+
 def answers(falls_table: pd.DataFrame, gaps: pd.DataFrame,
             cause_table: pd.DataFrame) -> dict[str, str]:
     """One plain sentence per task from ``falls``, ``agreement`` and ``causes``: when layer 1
@@ -318,7 +323,7 @@ def answers(falls_table: pd.DataFrame, gaps: pd.DataFrame,
         g = gaps[gaps.task == task]
         theory = (f"the theory fed the measured quantities missed the no-MLP score by up to "
                   f"{g.gap_without_mlp.max():.3f}")
-        rules = [f"holding the {'token embedding' if r.ablation == 'embedding' else r.ablation}"
+        rules = [f"holding {HELD[r.ablation]}"
                  f" left layer 1 at {r.lowest_ablated:.3f} or above (unablated "
                  f"{r.lowest_unablated:.3f}): {r.verdict}"
                  for r in cause_table[cause_table.task == task].itertuples()]

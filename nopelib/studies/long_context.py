@@ -324,7 +324,7 @@ WIDTHS = ListOf(Int(min=6, max=1536, why="a 1536-wide model at 8,192 tokens is ~
 SEEDS = ListOf(SEED, unique=True, min_len=3, max_len=20,
                why="the seed is the unit (3 for an interval); each adds one model per width "
                    "and window")
-# The long-sequence chapter's parameters (its ``parameters`` cell: edit the two together).
+# The rules of the long-sequence chapter's parameters (its spec: ``nopelib.book.chapters``).
 # Upper bounds: rough costs on the 2-core development machine; the reason is in each message.
 CHAPTER_PARAMS = {
     "T": Int(min=MIN_OCTAVE, max=8192, why="a [7, T, T] float32 similarity tensor per model: "

@@ -1,14 +1,14 @@
-"""Inputs, random models, and what one model shows: similarity matrices, one layer, learned.
+"""Inputs, random models, and what one model shows: similarity matrices, one layer.
 
 The inputs the chapters read (a task's longest input, a long sequence's tokens, the texts of
 a study), a randomly initialised model of a configuration and seed, the similarity matrices of
-every layer on one input, the permutation control, and the learned criterion of a run.
+every layer on one input, and the permutation control. (The learned criterion of a run is a
+rule: ``nopelib.rules.claims.is_learned``.)
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -17,7 +17,6 @@ import torch
 from nopelib.core.metrics import adjacency_score, cosine_similarity_matrix
 from nopelib.core.model import GPT, GPTConfig
 from nopelib.core.tasks import TASKS, encode_inputs, get_task, sample_inputs
-from nopelib.rules.claims import LEARNED_AT
 
 
 def random_model(config: GPTConfig | None = None, seed: int = 0,
@@ -84,14 +83,6 @@ def layer_matrix(text: str, layer: int, base: GPTConfig | None = None, seed: int
     ``overrides``, e.g. ``init_std``), and its adjacency score."""
     matrix = similarity_matrices(random_model(base, seed=seed, **overrides), text)[layer]
     return matrix, float(adjacency_score(matrix))
-
-
-def is_learned(metrics: Sequence[Mapping], n_test: int) -> bool:
-    """The book's learnedness criterion for one task: every seed's run (its metrics, with
-    ``accuracy`` and ``n_test``) reaches ``LEARNED_AT`` exact match on the whole test split
-    of ``n_test`` examples. Claims about trained models are made on learned tasks only."""
-    return bool(metrics) and all(m["accuracy"] >= LEARNED_AT and m["n_test"] == n_test
-                                 for m in metrics)
 
 
 def study_texts(inputs_per_task: int, seed: int) -> list[str]:

@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     from nopelib.training.gate import training_time_problem
 
     out = Path(args.out_dir) / f"precision_{args.profile}.json"
-    prof = PROFILES[args.profile]
+    base = get_profile(args.profile)  # resolved once (argparse checked the name), passed on
     check_args(parser, {  # exit 2 now, not after hours of training
         "--tasks": (args.tasks, ListOf(Choice(TASKS), unique=True)),
         "--profile": (args.profile, Choice(study_profiles(), why="the rule reads the curve's "
@@ -100,10 +100,10 @@ def main(argv: list[str] | None = None) -> None:
                                        why="the seed gap needs two float32 seeds; each seed "
                                            "adds 2 runs per task")),
         "--steps": (args.steps, Int(min=1, max=5_000, why="the check reads the first steps"
-                                    ).where(lambda steps, _: prof.warmup_steps <= steps,
-                                            f"at least the profile's {prof.warmup_steps} "
+                                    ).where(lambda steps, _: base.warmup_steps <= steps,
+                                            f"at least the profile's {base.warmup_steps} "
                                             "warm-up steps").where(
-            lambda steps, _: steps <= prof.steps, f"at most the profile's {prof.steps} steps")),
+            lambda steps, _: steps <= base.steps, f"at most the profile's {base.steps} steps")),
         "--workers": (args.workers, Int(min=1, max=256, why="one process per core")),
         "--out-dir": (args.out_dir, OutPath(folder=True).where(
             lambda _, f: not out.is_dir(), f"a folder in which {out.name} is not a folder")),
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     if not bf16_available():
         parser.error("this CPU has no bf16 units (torch.ops.mkldnn._is_mkldnn_bf16_supported"
                      "() is False): bf16 autocast would fall back to float32, nothing to check")
-    profs = check_profiles(args.profile, args.steps)
+    profs = check_profiles(base, args.steps)
     jobs = [(t, s) for t in args.tasks for s in args.seeds]
     # each run costed as a float32 one (bf16 autocast takes about half the time)
     slow = training_time_problem(profs["float32"], len(profs) * len(jobs), "cpu",
@@ -120,13 +120,13 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--steps {args.steps}: {slow}")
     start = time.perf_counter()
     records = []
-    for precision, prof in profs.items():
-        trained = train_many(jobs, prof, device="cpu", workers=args.workers)
+    for precision, checked in profs.items():
+        trained = train_many(jobs, checked, device="cpu", workers=args.workers)
         records += [run_record(t, s, precision, trained[t, s].metrics) for t, s in jobs]
     table = gaps(records)
     doc = {"provenance": results.provenance(
         "python -m nopelib.studies.precision", argv, start, profile=args.profile, steps=args.steps,
-        rule=RULE, verdict=verdict(table), training=get_profile(args.profile).record(),
+        rule=RULE, verdict=verdict(table), training=base.record(),
         cpu_capability=torch.backends.cpu.get_cpu_capability()),
         "runs": records, "gaps": table.to_dict("records")}
     results.write(out, doc, "precision")

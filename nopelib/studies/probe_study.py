@@ -8,8 +8,8 @@ the tables the chapter reads (``summary``, ``paired_differences``, ``metric_inte
 the verdict wording). The planted controls of the comparison (``planted_study``: synthetic
 states with position only in the variance or only in the adjacency, ``nopelib.core.planted``) and
 the trained verdict on format-subtracted values (``trained_comparison``) are here too, and so
-are the chapter's parameters and their rules (``CHAPTER_PARAMS``), so that its check cell
-stays short.
+are the rules of the chapter's parameters (``CHAPTER_PARAMS``; the chapter's spec with its
+defaults is ``nopelib.book.chapters.PROBES``).
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def metric_intervals(table: pd.DataFrame, unit: str = "seed",
 # ---------------------------------------------------------------------------------------------
 # the probes chapter: its parameters, its two studies and how it reports them
 
-# The probes chapter's parameters (its ``parameters`` cell: edit the two together). Upper
+# The rules of the probes chapter's parameters (its spec: ``nopelib.book.chapters``). Upper
 # bounds: rough costs on the 2-core development machine (one probe study at the defaults:
 # ~25 s, 1.7 GB peak), far above the defaults; the reason is in each message.
 CHAPTER_PARAMS = {

@@ -75,8 +75,9 @@ def main(argv: list[str] | None = None) -> None:
                                     "run")),
         "--device": (args.device, Device()),
     })
+    base = get_profile(args.profile)  # resolved once, passed on
     # each run costed as a learned-position one, the larger model
-    slow = training_time_problem(get_profile(args.profile).scaled(args.scale, "learned"),
+    slow = training_time_problem(base.scaled(args.scale, "learned"),
                                  len(RECIPE_ENCODINGS) * len(args.tasks) * len(args.seeds),
                                  args.device,
                                  allowed="a GPU (--device cuda), fewer --tasks or --seeds, or a "
@@ -85,11 +86,11 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--profile {args.profile} --scale {args.scale} --device {args.device}: "
                      f"{slow}")
     start = time.perf_counter()
-    rows = run_study(args.profile, args.tasks, args.seeds, args.scale, args.device)
+    rows = run_study(base, args.tasks, args.seeds, args.scale, args.device)
     result = {
         "provenance": results.provenance(
             "python -m nopelib.studies.recipe", argv, start, profile=args.profile, scale=args.scale,
-            training=get_profile(args.profile).record()),
+            training=base.record()),
         "runs": rows,
     }
     results.write(args.out, result, "recipe")

@@ -13,8 +13,8 @@
 - the sentences the chapter prints from these numbers (``verdict_summary`` and its kin), so
   that a chapter cell states what it shows and this module how it is worded.
 
-The chapter's parameters and their rules (``CHAPTER_PARAMS``) are here too, so that its check
-cell stays short. Nothing here trains: the live runs come from
+The rules of the chapter's parameters (``CHAPTER_PARAMS``) are here too; the chapter's spec with
+its defaults is ``nopelib.book.chapters.TRAINED``. Nothing here trains: the live runs come from
 ``nopelib.training.launch.train_many``.
 """
 
@@ -37,7 +37,7 @@ from nopelib.studies.one_model import random_model
 from nopelib.training.profiles import PROFILES
 from nopelib.training.train_profile import TrainProfile
 
-# The trained chapter's parameters (its ``parameters`` cell: edit the two together). Upper
+# The rules of the trained chapter's parameters (its spec: ``nopelib.book.chapters``). Upper
 # bounds: rough costs on the 2-core development machine, far above the defaults; the reason is
 # in each message.
 CHAPTER_PARAMS = {

@@ -117,7 +117,7 @@ def init_predicted(profile: str, lengths: list[int]) -> pd.DataFrame:
         config, [list(w) for w in rule_windows(n)])} for n in lengths])
 
 
-# The text chapter's parameters (its ``parameters`` cell: edit the two together)
+# The rules of the text chapter's parameters (its spec: ``nopelib.book.chapters.TEXT``)
 CHAPTER_PARAMS = {
     "profile": Choice(TEXT_PROFILES),
     "seeds": ListOf(SEED, unique=True, min_len=beyond_claims.TEXT_MIN_SEEDS, max_len=10,

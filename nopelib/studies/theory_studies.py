@@ -262,8 +262,8 @@ def length_falls(both: pd.DataFrame, short: int, long: int, level: float) -> pd.
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
-# The averaging chapter's parameters and their rules (its ``parameters`` cell: edit the two
-# together). Upper bounds are rough costs on the 2-core development machine, far
+# The rules of the averaging chapter's parameters (its spec: ``nopelib.book.chapters``).
+# Upper bounds are rough costs on the 2-core development machine, far
 # above the defaults; the reason is in each message.
 CHAPTER_PARAMS = {
     "task": Choice(TASKS),
