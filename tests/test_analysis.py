@@ -13,10 +13,9 @@ from nopelib.core.metrics import (layer_scores, length_groups, adjacency_score,
 from nopelib.core.model import GPTConfig
 from nopelib.core.tasks import TASKS, encode_inputs
 from nopelib.rules.claims import LEARNED_AT
-from nopelib.studies.analysis import (band_region, config_scores, length_scores,
-                                      lift_over_layer0, mean_std_table, paired_difference,
-                                      reading_means, rise_to_last_layer, sample_inputs, seed_series,
-                                      slider_frames, task_scores)
+from nopelib.studies.analysis import (config_scores, length_scores, mean_std_table,
+                                      paired_difference, rise_to_last_layer, sample_inputs,
+                                      seed_series, slider_frames, task_scores)
 from nopelib.studies.margins import pairwise_differences, per_seed, seed_margins
 from nopelib.rules.claims import is_learned
 from nopelib.studies.one_model import (layer_matrix, long_sequence, permutation_gap,
@@ -190,19 +189,6 @@ def _init_study() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def test_reading_means_and_lift_over_layer0() -> None:
-    init = _init_study()
-    emb = reading_means(init, "embedding")
-    assert emb.index.names == ["init_mean", "init_std", "layer"] and len(emb) == 2 * 2 * 3
-    assert emb[4.0, 0.02, 2] == pytest.approx(0.5 + 0.2 + 0.04 + 0.0005)
-    band = band_region(emb, 0.02)
-    assert len(band) == 2 * 2 and set(band.index.get_level_values("layer")) == {1, 2}
-    lift = lift_over_layer0(emb, 0.02)
-    assert list(lift.columns) == [1, 2] and list(lift.index) == [0.0, 4.0]
-    np.testing.assert_allclose(lift.to_numpy(), [[0.1, 0.2], [0.1, 0.2]])
-    np.testing.assert_allclose(lift_over_layer0(emb, 0.2).to_numpy(), 0.0, atol=1e-12)
-
-
 def test_layer_matrix_is_one_layer_of_similarity_matrices() -> None:
     text = "rev(1234)="
     matrix, score = layer_matrix(text, 1, TINY, init_std=0.2, init_mean=1.0)
@@ -247,15 +233,9 @@ def test_rise_to_last_layer_per_seed_averages_to_the_mean_rise() -> None:
                                rise_to_last_layer(grid, [1, 2], [6, 12]).to_numpy())
 
 
-def test_per_seed_and_reading_means_per_seed() -> None:
-    init = _init_study()
-    wide = per_seed(init, ["init_target", "init_mean", "init_std"])
+def test_per_seed() -> None:
+    wide = per_seed(_init_study(), ["init_target", "init_mean", "init_std"])
     assert list(wide.columns) == [0, 1, 2] and len(wide) == 2 * 2 * 2 * 2
-    seeds = reading_means(init, "embedding", per_seed=True)
-    assert seeds.index.names == ["init_mean", "init_std", "seed", "layer"]
-    pd.testing.assert_series_equal(
-        seeds.groupby(["init_mean", "init_std", "layer"]).mean(),
-        reading_means(init, "embedding"))
 
 
 def _per_seed_values() -> pd.DataFrame:
@@ -300,7 +280,8 @@ def test_seed_margins_of_one_series_one_unit_and_misuse() -> None:
 
 def test_pairwise_differences_per_seed() -> None:
     init = _init_study()
-    seeds = reading_means(init, "embedding", per_seed=True)
+    embedding = init[init.init_target == "embedding"]
+    seeds = embedding.groupby(["init_mean", "init_std", "seed", "layer"]).score.mean()
     pairs = pairwise_differences(seeds, "init_mean")
     assert pairs.index.names == ["init_mean_a", "init_mean_b", "init_std", "seed", "layer"]
     assert set(pairs.index.droplevel([2, 3, 4])) == {(0.0, 4.0)}

@@ -18,6 +18,8 @@ from nopelib.core.cost import ALLOW_SLOW_ENV, Cost
 from nopelib.core.params import (SEED, SEED_MAX, Choice, Device, Float, Int, ListOf, Optional,
                                  check_params)
 from nopelib.training.gate import check_training_time, training_time_problem
+from nopelib.training.launch import train_missing
+from nopelib.training.profiles import PROFILES
 
 BOOK = Path(__file__).resolve().parent.parent / "book"
 
@@ -149,15 +151,26 @@ def test_paper_training_on_a_cpu_needs_an_opt_in(monkeypatch):
 def test_the_training_time_counts_rounds_of_workers_and_every_configuration(monkeypatch):
     monkeypatch.delenv(ALLOW_SLOW_ENV, raising=False)
     # 4 runs of 1,000 s: 2 rounds on 2 processes, 4 on one
-    assert training_time_problem("cpu", 4, "cpu", run_seconds=1000, workers=2) is None
-    assert training_time_problem("cpu", 4, "cpu", run_seconds=1000, workers=1,
+    cpu, paper = PROFILES["cpu"], PROFILES["paper"]
+    assert training_time_problem(cpu, 4, "cpu", run_seconds=1000, workers=2) is None
+    assert training_time_problem(cpu, 4, "cpu", run_seconds=1000, workers=1,
                                  basis="as in the committed study").startswith(
         "profile='cpu' trains 4 run(s) on the CPU in about 1.1 h (1 process(es), one thread "
         "each) as in the committed study; allowed: a GPU")
     # a grid: its configurations one after another, each its runs
-    assert training_time_problem(["cpu", "paper"], 1, "cpu", run_seconds=1900,
+    assert training_time_problem([cpu, paper], 1, "cpu", run_seconds=1900,
                                  allowed="fewer").startswith(
         "profiles ['cpu', 'paper'] train 1 run(s) each on the CPU in about 1.1 h")
+
+
+def test_a_profile_is_resolved_once_where_training_starts():
+    # the helpers below the entry points take the object; a name there is a caller's slip
+    with pytest.raises(TypeError, match="profile='cpu'.*TrainProfile"):
+        training_time_problem("cpu", 4, "cpu")
+    with pytest.raises(TypeError, match=r"jobs: the profile of \('addition', 0\) is 'cpu'"):
+        train_missing([("addition", 0, "cpu")], device="cpu")
+    with pytest.raises(ValueError, match="profile='bogus' is unknown"):  # the entry point
+        check_training_time("bogus", 1, "cpu")
 
 
 # --- the chapters -----------------------------------------------------------------------------

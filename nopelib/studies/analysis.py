@@ -126,30 +126,6 @@ def seed_series(
     return series
 
 
-def reading_means(scores: pd.DataFrame, reading: str, per_seed: bool = False) -> pd.Series:
-    """Mean score over seeds of the initialisation study (``config_scores`` over init_target,
-    init_mean, init_std) in one reading ("embedding" or "all"), indexed by (init_mean,
-    init_std, layer); ``per_seed=True`` keeps one value per seed instead, indexed by
-    (init_mean, init_std, seed, layer), for ``seed_margins``."""
-    frame = scores[scores.init_target == reading]
-    keys = ["init_mean", "init_std", *(["seed"] if per_seed else []), "layer"]
-    return frame.groupby(keys).score.mean()
-
-
-def band_region(means: pd.Series, max_std: float = 0.02, min_layer: int = 1) -> pd.Series:
-    """The entries of ``reading_means`` where the band should form: init_std <= ``max_std``
-    and layer >= ``min_layer``."""
-    small = means[means.index.get_level_values("init_std") <= max_std]
-    return small[small.index.get_level_values("layer") >= min_layer]
-
-
-def lift_over_layer0(means: pd.Series, init_std: float) -> pd.DataFrame:
-    """How far each layer >= 1 scores above layer 0 at one ``init_std``, per mean: [init_mean,
-    layer >= 1]. ``means`` is ``reading_means``."""
-    wide = means.xs(init_std, level="init_std").unstack("layer")  # [mean, layer]
-    return wide.drop(columns=0).sub(wide[0], axis=0)
-
-
 def paired_difference(scores: pd.DataFrame, column: str, a: object, b: object,
                       **where: object) -> pd.Series:
     """Per seed, the score where ``column`` is ``a`` minus the score where it is ``b``, on the

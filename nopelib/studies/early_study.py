@@ -357,7 +357,8 @@ def main(argv: list[str] | None = None) -> None:
 
     todo = [job for job in jobs(args.profile, args.tasks, args.seeds, args.ablations)
             if not is_cached(run, *job)]  # runs in the cache cost nothing
-    slow = training_time_problem(args.profile, len(todo), "cpu", RUN_SECONDS[args.profile],
+    prof = PROFILES[args.profile]  # resolved once (argparse checked the name), passed on
+    slow = training_time_problem(prof, len(todo), "cpu", RUN_SECONDS[args.profile],
                                  args.workers, basis="as measured on the development VM",
                                  allowed="fewer tasks, seeds or ablations, more --workers")
     if slow is not None:
@@ -369,7 +370,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--out={str(out)!r}: {str(out.parent)!r} is not a writable folder")
     start = time.perf_counter()
     steps, every = WINDOWS[args.profile]
-    training = early_profile(PROFILES[args.profile], steps, every).record()
+    training = early_profile(prof, steps, every).record()
     kept, kept_from = kept_runs(out, training, jobs(args.profile, args.tasks, args.seeds,
                                                     args.ablations))
     runs = run_order([*kept, *run_study(args.profile, args.tasks, args.seeds, args.ablations,

@@ -46,6 +46,7 @@ from nopelib.studies.committed import live_seconds, load_study
 from nopelib.studies.study import reproduction
 from nopelib.training.gate import training_time_problem
 from nopelib.training.launch import train_many
+from nopelib.training.profiles import PROFILES
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = ("trained", "probes")
@@ -210,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--record={str(args.record)!r}: the name must be kernels_*.json")
     # the sets train one after another, each the live runs once
     slow = training_time_problem(
-        LIVE_PROFILE, len(args.sets) * len(LIVE_TASKS) * len(LIVE_SEEDS), workers=1,
+        PROFILES[LIVE_PROFILE], len(args.sets) * len(LIVE_TASKS) * len(LIVE_SEEDS), workers=1,
         run_seconds=live_seconds(LIVE_PROFILE, LIVE_TASKS),
         basis="if each run takes as long as the longest committed training run of its task",
         allowed="fewer --sets")

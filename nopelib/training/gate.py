@@ -10,31 +10,34 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import Sequence
 
 from nopelib.core.cost import SLOW_HOURS, hours_text, slow_refusal
 from nopelib.core.devices import resolve_device
 from nopelib.core.params import shown
 from nopelib.training.launch import expected_cpu_seconds
 from nopelib.training.profiles import get_profile
+from nopelib.training.train_profile import TrainProfile
 
 TRAINING_ALLOWED = "a GPU (device='cuda'), profile 'cpu'"  # what check_training_time suggests
 
 
-def training_time_problem(profile: Any, n_runs: int, device: str = "auto",
-                          run_seconds: float | None = None, workers: int | None = None,
+def training_time_problem(profile: TrainProfile | Sequence[TrainProfile], n_runs: int,
+                          device: str = "auto", run_seconds: float | None = None, workers: int | None = None,
                           basis: str = "as measured", allowed: str = TRAINING_ALLOWED
                           ) -> str | None:
     """None, or the refusal of CPU training expected to take over SLOW_HOURS (after a warning
-    with the expected time where $NOPELIB_ALLOW_SLOW=1). ``profile`` is a profile name or a
-    ``TrainProfile``, or a list of them trained one after another (a grid's configurations),
-    each ``n_runs`` times on ``workers`` processes (default: one per core). One run takes
+    with the expected time where $NOPELIB_ALLOW_SLOW=1). ``profile`` is a ``TrainProfile``
+    (resolved by the caller), or a list of them trained one after another (a grid's
+    configurations), each ``n_runs`` times on ``workers`` processes (default: one per core). One run takes
     ``run_seconds`` on one thread (a measured time, e.g. the committed study's, described by
     ``basis``), else ``launch.expected_cpu_seconds``. ``allowed`` names the ways out."""
+    profs = list(profile) if isinstance(profile, (list, tuple)) else [profile]
+    if not all(isinstance(p, TrainProfile) for p in profs):
+        raise TypeError(f"profile={profile!r}: a TrainProfile or a list of them is allowed "
+                        "(a name is resolved once by the caller: profiles.get_profile)")
     if resolve_device(device).type != "cpu" or n_runs < 1:
         return None
-    profs = [get_profile(p) for p in (profile if isinstance(profile, (list, tuple))
-                                      else [profile])]
     processes = min(workers or os.cpu_count() or 1, n_runs)
     rounds = math.ceil(n_runs / processes)
     hours = sum(expected_cpu_seconds(p) if run_seconds is None else run_seconds
@@ -51,10 +54,12 @@ def training_time_problem(profile: Any, n_runs: int, device: str = "auto",
                         + (" (its step cap)" if bound else ""), allowed)
 
 
-def check_training_time(profile: Any, n_runs: int, device: str = "auto",
+def check_training_time(profile: str | TrainProfile, n_runs: int, device: str = "auto",
                         run_seconds: float | None = None) -> None:
     """Refuse, before any work, CPU training expected to take over SLOW_HOURS, unless
     $NOPELIB_ALLOW_SLOW=1 (then warn with the expected time): ``training_time_problem`` on one
-    process per core, raised as a chapter's bad parameter."""
-    if (why := training_time_problem(profile, n_runs, device, run_seconds)) is not None:
+    process per core, raised as a chapter's bad parameter. ``profile`` is the chapter's
+    profile name (resolved here, once) or a ``TrainProfile``."""
+    prof = get_profile(profile)
+    if (why := training_time_problem(prof, n_runs, device, run_seconds)) is not None:
         raise ValueError(f"bad parameter(s):\n  {why}")

@@ -129,7 +129,7 @@ def _warn_if_slow(missing: list[Job], n_workers: int) -> None:
 
 
 def train_missing(
-    jobs: list[tuple[str, int, str | TrainProfile]],
+    jobs: list[tuple[str, int, TrainProfile]],
     device: str = "auto",
     cache_dir: str | Path | None = None,
     workers: int | None = None,
@@ -139,17 +139,20 @@ def train_missing(
 ) -> list[Job]:
     """Train the (task, seed, profile) jobs that the cache lacks on ``backend`` (see the
     module's docstring); returns every job with the key it is filed under. The jobs may mix
-    profiles, as the recipe study's NoPE and learned-position runs do. Everything is checked
+    profiles, as the recipe study's NoPE and learned-position runs do; each is a resolved
+    ``TrainProfile`` (a name is resolved once, where a command or chapter starts). Everything is checked
     before anything trains: tasks, seeds, backend, device, and whether the cache can take the
     runs. Training expected to take over an hour on the CPU warns first, with the time."""
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} is unknown; allowed: {BACKENDS}")
     if workers is not None and (type(workers) is not int or workers < 1):
         raise ValueError(f"workers={workers!r} must be a positive integer")
-    jobs = [(t, s, get_profile(p)) for t, s, p in jobs]
-    for task, seed, _ in jobs:
+    for task, seed, prof in jobs:
         get_task(task)
         check_seed(seed)
+        if not isinstance(prof, TrainProfile):
+            raise TypeError(f"jobs: the profile of ({task!r}, {seed}) is {prof!r}; allowed: a "
+                            "TrainProfile (resolve a name once with profiles.get_profile)")
     if backend == "batched":
         jobs = [(t, s, p.batched()) for t, s, p in jobs]
     root = resolve_cache_dir(cache_dir) / "runs"
@@ -196,7 +199,7 @@ def train_many(
     whether it was there before the call). A (task, seed) listed twice is trained once. On the
     CPU the local backend trains one run per worker process, each on one thread, so the
     results are identical to training them one by one."""
-    prof = get_profile(profile)
+    prof = get_profile(profile)  # resolved once, here; passed on as the object
     runs = list(dict.fromkeys((t, s) for t, s in runs))  # duplicates train once; order kept
     root = resolve_cache_dir(cache_dir) / "runs"
     jobs = train_missing([(t, s, prof) for t, s in runs], device, cache_dir, workers, backend,
