@@ -14,8 +14,7 @@ from nopelib.core.model import GPTConfig
 from nopelib.core.tasks import TASKS, encode_inputs
 from nopelib.rules.claims import LEARNED_AT
 from nopelib.studies.analysis import (config_scores, length_scores, mean_std_table,
-                                      paired_difference, rise_to_last_layer, sample_inputs,
-                                      seed_series, slider_frames, task_scores)
+                                      sample_inputs, seed_series, slider_frames, task_scores)
 from nopelib.studies.margins import pairwise_differences, per_seed, seed_margins
 from nopelib.rules.claims import is_learned
 from nopelib.studies.one_model import (layer_matrix, long_sequence, permutation_gap,
@@ -201,36 +200,6 @@ def test_permutation_gap_separates_bidirectional_from_causal() -> None:
     text = "rev(1234)="
     assert permutation_gap(random_model(TINY, seed=0, causal=False), text) < 1e-5
     assert permutation_gap(random_model(TINY, seed=0), text) > 1e-3
-
-
-def test_paired_difference_is_per_seed() -> None:
-    init = _init_study()
-    rise = paired_difference(init, "init_mean", 4.0, 0.0, init_target="embedding",
-                             init_std=0.02, layer=1)
-    assert list(rise.index) == [0, 1]
-    np.testing.assert_allclose(rise.to_numpy(), [0.04, 0.04])
-
-
-def test_rise_to_last_layer() -> None:
-    grid = pd.DataFrame([dict(n_layer=L, n_embd=W, seed=s, layer=layer, score=0.8 + 0.01 * layer)
-                         for L in (1, 2) for W in (6, 12) for s in range(2)
-                         for layer in range(L + 1)])
-    rise = rise_to_last_layer(grid, [1, 2], [6, 12])
-    assert rise.name == "last layer minus layer 1" and list(rise.index)[0] == (1, 6)
-    np.testing.assert_allclose(rise.to_numpy(), [0.0, 0.0, 0.01, 0.01], atol=1e-12)
-
-
-def test_rise_to_last_layer_per_seed_averages_to_the_mean_rise() -> None:
-    grid = pd.DataFrame([dict(n_layer=L, n_embd=W, seed=s, layer=layer,
-                              score=0.8 + 0.01 * layer * (s + 1))
-                         for L in (1, 2) for W in (6, 12) for s in range(2)
-                         for layer in range(L + 1)])
-    rise = rise_to_last_layer(grid, [1, 2], [6, 12], per_seed=True)
-    assert rise.index.names == ["n_layer", "n_embd", "seed"] and len(rise) == 8
-    np.testing.assert_allclose(rise.loc[2, 6].to_numpy(), [0.01, 0.02])
-    mean = rise.groupby(["n_layer", "n_embd"]).mean()
-    np.testing.assert_allclose(mean.to_numpy(),
-                               rise_to_last_layer(grid, [1, 2], [6, 12]).to_numpy())
 
 
 def test_per_seed() -> None:

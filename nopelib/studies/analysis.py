@@ -126,35 +126,6 @@ def seed_series(
     return series
 
 
-def paired_difference(scores: pd.DataFrame, column: str, a: object, b: object,
-                      **where: object) -> pd.Series:
-    """Per seed, the score where ``column`` is ``a`` minus the score where it is ``b``, on the
-    rows where every column named in ``where`` has the given value (e.g. ``layer=1``): a
-    paired comparison, since one seed draws the same deviations for every configuration."""
-    mask = pd.Series(True, index=scores.index)
-    for name, value in where.items():
-        mask &= scores[name] == value
-    paired = scores[mask].pivot(index="seed", columns=column, values="score")  # [seed, col]
-    return paired[a] - paired[b]
-
-
-def rise_to_last_layer(scores: pd.DataFrame, layers: Sequence[int],
-                       widths: Sequence[int], per_seed: bool = False) -> pd.Series:
-    """Mean score over seeds of the last layer minus layer 1, per (n_layer, n_embd) of a
-    depth-and-width grid (``config_scores`` over n_layer and n_embd); ``per_seed=True`` gives
-    each seed's rise instead, indexed by (n_layer, n_embd, seed), for ``seed_margins``."""
-    if per_seed:
-        wide = scores.groupby(["n_layer", "n_embd", "seed", "layer"]).score.mean()
-        rise = pd.concat({(L, W): wide.loc[L, W].xs(L, level="layer")
-                          - wide.loc[L, W].xs(1, level="layer")
-                          for L in layers for W in widths}, names=["n_layer", "n_embd"])
-        return rise.rename("last layer minus layer 1")
-    by_layer = scores.groupby(["n_layer", "n_embd", "layer"]).score.mean()
-    return pd.Series({(L, W): by_layer.loc[L, W, L] - by_layer.loc[L, W, 1]
-                      for L in layers for W in widths},
-                     name="last layer minus layer 1")
-
-
 def mean_std_table(scores: pd.DataFrame, by: Sequence[str], digits: int = 3) -> pd.DataFrame:
     """One row per configuration in ``by``, one column per layer, cells "mean ± std" over seeds."""
     stats = scores.groupby([*by, "layer"]).score.agg(["mean", "std"]).fillna(0.0)
