@@ -23,14 +23,15 @@ TRAINING_ALLOWED = "a GPU (device='cuda'), profile 'cpu'"  # what check_training
 
 
 def training_time_problem(profile: TrainProfile | Sequence[TrainProfile], n_runs: int,
-                          device: str = "auto", run_seconds: float | None = None, workers: int | None = None,
+                          device: str = "auto", run_seconds: float | None = None,
+                          workers: int | None = None,
                           basis: str = "as measured", allowed: str = TRAINING_ALLOWED
                           ) -> str | None:
     """None, or the refusal of CPU training expected to take over SLOW_HOURS (after a warning
     with the expected time where $NOPELIB_ALLOW_SLOW=1). ``profile`` is a ``TrainProfile``
     (resolved by the caller), or a list of them trained one after another (a grid's
-    configurations), each ``n_runs`` times on ``workers`` processes (default: one per core). One run takes
-    ``run_seconds`` on one thread (a measured time, e.g. the committed study's, described by
+    configurations), each ``n_runs`` times on ``workers`` processes (default: one per core).
+    One run takes ``run_seconds`` on one thread (a measured time, e.g. the committed study's, described by
     ``basis``), else ``launch.expected_cpu_seconds``. ``allowed`` names the ways out."""
     profs = list(profile) if isinstance(profile, (list, tuple)) else [profile]
     if not all(isinstance(p, TrainProfile) for p in profs):
