@@ -32,7 +32,8 @@ def training_time_problem(profile: TrainProfile | Sequence[TrainProfile], n_runs
     (resolved by the caller), or a list of them trained one after another (a grid's
     configurations), each ``n_runs`` times on ``workers`` processes (default: one per core).
     One run takes ``run_seconds`` on one thread (a measured time, e.g. the committed study's,
-    described by ``basis``), else ``launch.expected_cpu_seconds``. ``allowed`` names the ways out."""
+    described by ``basis``), else ``launch.expected_cpu_seconds``. ``allowed`` names the ways
+    out."""
     profs = list(profile) if isinstance(profile, (list, tuple)) else [profile]
     if not all(isinstance(p, TrainProfile) for p in profs):
         raise TypeError(f"profile={profile!r}: a TrainProfile or a list of them is allowed "
