@@ -173,6 +173,19 @@ def test_a_profile_is_resolved_once_where_training_starts():
         check_training_time("bogus", 1, "cpu")
 
 
+def test_a_chapter_resolves_its_profile_before_its_memoised_computations():
+    # the memoised functions take the object, so their keys are the profile's fields and a
+    # name passed there is refused, not looked up a second time
+    from nopelib.studies import early_study, text_study
+
+    with pytest.raises(TypeError, match="init_check: profile='study'.*TrainProfile"):
+        early_study.init_check("study", ["addition"], [0])
+    with pytest.raises(TypeError, match="init_scores: profile='text'.*TextProfile"):
+        text_study.init_scores("text", [0], [32])
+    with pytest.raises(TypeError, match="init_predicted: profile='text'.*TextProfile"):
+        text_study.init_predicted("text", [32])
+
+
 # --- the chapters -----------------------------------------------------------------------------
 
 BAD = [  # (chapter, parameters, what the error must name): every finding of issue 12

@@ -28,6 +28,7 @@ from nopelib.store.memo import memo
 from nopelib.studies import (analysis as an, early_study, long_context, probe_study, study,
                              text_study, theory_studies)
 from nopelib.training.profiles import PROFILES
+from nopelib.training.text_lm import get_text_profile
 
 AVERAGING_EFFECT = ChapterSpec("averaging_effect", theory_studies.CHAPTER_PARAMS, dict(
     task="reversal",  # task whose inputs feed the random models (longest: 22 tokens)
@@ -115,6 +116,7 @@ PROBES = ChapterSpec("probes", probe_study.CHAPTER_PARAMS, dict(
 
 EARLY_DYNAMICS = ChapterSpec("early_dynamics", early_study.CHAPTER_PARAMS, dict(
     profile="study",  # the committed early-dynamics study read below
+    paper_profile="paper_study",  # the paper's model's committed study, set beside it
     init_profiles=["study", "paper_study"],  # models checked live at initialisation
     init_seeds=[0, 1, 2],  # their seeds
 ))
@@ -187,4 +189,5 @@ def init_controls(p: Mapping[str, Any]) -> pd.DataFrame:
 
 def text_init(p: Mapping[str, Any]) -> pd.DataFrame:
     """The text chapter's NoPE models at initialisation on held-out windows of every length."""
-    return memo(text_study.init_scores, p["profile"], p["seeds"], p["lengths"])
+    prof = get_text_profile(p["profile"])  # resolved here, where the computation starts
+    return memo(text_study.init_scores, prof, p["seeds"], p["lengths"])

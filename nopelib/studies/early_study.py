@@ -180,6 +180,7 @@ def run_order(runs: Sequence[dict]) -> list[dict]:
 # The rules of the chapter's parameters (its spec: ``nopelib.book.chapters.EARLY_DYNAMICS``)
 CHAPTER_PARAMS = {
     "profile": Choice(WINDOWS),
+    "paper_profile": Choice(WINDOWS),
     "init_profiles": ListOf(Choice(WINDOWS), unique=True),
     "init_seeds": ListOf(SEED, unique=True, max_len=10,
                          why="each seed builds one model per profile and task, a few seconds "
@@ -187,18 +188,23 @@ CHAPTER_PARAMS = {
 }
 
 
-def init_check(profile: str, tasks: Sequence[str], seeds: Sequence[int]) -> pd.DataFrame:
+def init_check(profile: TrainProfile, tasks: Sequence[str],
+               seeds: Sequence[int]) -> pd.DataFrame:
     """Block 1 of ``profile``'s model at initialisation, per task and seed, on the study's
     trajectory inputs: the ``dynamics`` quantities, the theory's predicted layer-1 score and
-    the measured one (``layer1``)."""
-    config = get_profile(profile).model
+    the measured one (``layer1``). The profile comes resolved (a chapter resolves its names
+    once, where it starts)."""
+    if not isinstance(profile, TrainProfile):
+        raise TypeError(f"init_check: profile={profile!r}; allowed: a TrainProfile "
+                        "(nopelib.training.profiles.get_profile resolves a name)")
+    config = profile.model
     rows = []
     for task in tasks:
         texts = sample_inputs(task, N_INPUTS, seed=TRAJECTORY_SEED)
         for seed in seeds:
             model = random_model(config, seed=seed)  # train()'s initial draw for the seed
             point = block1_measure(texts, config)(model)
-            rows.append({"profile": profile, "task": task, "seed": seed,
+            rows.append({"profile": profile.name, "task": task, "seed": seed,
                          "layer1": float(layer_scores(model, texts).mean(0)[1]), **point})
     return pd.DataFrame(rows)
 

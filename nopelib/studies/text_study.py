@@ -90,12 +90,20 @@ def measure(model: GPT, encoding: str, profile: TextProfile) -> tuple[dict, list
     return scores, probes
 
 
-def init_scores(profile: str, seeds: list[int], lengths: list[int]) -> pd.DataFrame:
+def _resolved(profile: TextProfile, where: str) -> TextProfile:
+    # a chapter resolves its profile name once, where it starts, and passes the object on
+    if not isinstance(profile, TextProfile):
+        raise TypeError(f"{where}: profile={profile!r}; allowed: a TextProfile "
+                        "(nopelib.training.text_lm.get_text_profile resolves a name)")
+    return profile
+
+
+def init_scores(profile: TextProfile, seeds: list[int], lengths: list[int]) -> pd.DataFrame:
     """The chapter's live part: every layer's adjacency score of the NoPE models at
     initialisation (``text_run``'s initial draws), the mean over the rule's windows of the
     test books at each of ``lengths``; one row per (seed, layer, length), with the columns
     ``beyond_claims.text_claims`` reads (encoding "none", stage "init")."""
-    prof = get_text_profile(profile)
+    prof = _resolved(profile, "init_scores")
     rows = []
     for seed in seeds:
         model = initial_model(prof, "none", seed)
@@ -106,12 +114,12 @@ def init_scores(profile: str, seeds: list[int], lengths: list[int]) -> pd.DataFr
     return pd.DataFrame(rows)
 
 
-def init_predicted(profile: str, lengths: list[int]) -> pd.DataFrame:
+def init_predicted(profile: TextProfile, lengths: list[int]) -> pd.DataFrame:
     """The averaging theory's layer-1 score of the NoPE model at initialisation, from its
     configuration alone (``theory_config.predict_config_score``: nothing measured), on the
     rule's windows at each of ``lengths``; one row per length, with the closed-form ratio
     ``rho`` of the token embedding to one value vector."""
-    config = get_text_profile(profile).config("none", len(load().vocab))
+    config = _resolved(profile, "init_predicted").config("none", len(load().vocab))
     rho = closed_form_ratio(config)
     return pd.DataFrame([{"length": n, "rho": rho, "predicted": predict_config_score(
         config, [list(w) for w in rule_windows(n)])} for n in lengths])
