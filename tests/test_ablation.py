@@ -41,11 +41,40 @@ def test_a_frozen_part_stays_bit_for_bit_while_the_rest_trains():
                            model.transformer.h[1].attn.c_attn.weight)  # block 2 trained
 
 
+def test_holding_the_value_path_and_the_embedding_keeps_every_value_vector():
+    # the 'values' ablation: what block 1's attention averages stays as at initialisation,
+    # while block 1's queries and keys, its MLP and the later blocks train
+    init = _initial(3)
+    model, _ = tr.train("reversal", 3, TINY, CPU, progress=False,
+                        frozen=["embedding", "value"])
+    C = TINY.model.n_embd
+    b0, b1 = init.transformer.h[0], model.transformer.h[0]
+    for name in ("ln_1.weight", "ln_1.bias", "attn.c_proj.weight", "attn.c_proj.bias"):
+        assert torch.equal(b0.get_parameter(name), b1.get_parameter(name)), name
+    w0, w1 = b0.attn.c_attn.weight, b1.attn.c_attn.weight
+    assert torch.equal(w0[2 * C:], w1[2 * C:])  # the value rows
+    assert not torch.equal(w0[: 2 * C], w1[: 2 * C])  # queries and keys trained
+    assert not torch.equal(b0.mlp.c_fc.weight, b1.mlp.c_fc.weight)
+
+    def values(m: GPT) -> torch.Tensor:  # every token's value vector, output-projected
+        block = m.transformer.h[0]
+        v = block.ln_1(m.transformer.wte.weight) @ block.attn.c_attn.weight[2 * C:].T
+        if block.attn.c_attn.bias is not None:
+            v = v + block.attn.c_attn.bias[2 * C:]
+        return block.attn.c_proj(v)
+
+    with torch.no_grad():
+        assert torch.equal(values(init), values(model))
+
+
 def test_an_unfrozen_run_moves_what_the_ablation_holds():
     init = _initial(3)
     model, metrics = tr.train("reversal", 3, TINY, CPU, progress=False)
     assert "frozen" not in metrics
     assert not torch.equal(init.transformer.wte.weight, model.transformer.wte.weight)
+    b0, b1 = init.transformer.h[0], model.transformer.h[0]
+    for name in ("ln_1.weight", "attn.c_proj.weight", "attn.c_attn.weight"):
+        assert not torch.equal(b0.get_parameter(name), b1.get_parameter(name)), name
 
 
 def test_the_measure_rides_on_every_curve_point_and_the_learning_rate_is_recorded():

@@ -7,6 +7,10 @@ ablations, which isolate what takes the layer-1 pattern away.
   head is held too: the rest of the model learns to read a fixed random vocabulary.
 - ``qk``: block 1's queries and keys (the first two thirds of its ``c_attn`` weight and bias),
   so block 1's attention can only change through its input, never through its own logits.
+- ``value``: block 1's value path: its first LayerNorm, the value third of ``c_attn`` and the
+  attention's output projection. Held with the embedding, every token's value vector (what
+  block 1's attention averages, after the output projection) stays as at initialisation, and
+  with it the shared direction and leading axis the averaging theory reads.
 
 A held part gets a zero gradient (so gradient clipping sees only what trains) and is put back
 after every optimizer step (AdamW's decoupled weight decay would shrink it otherwise), so it
@@ -21,7 +25,7 @@ import torch
 
 from nopelib.core.model import GPT
 
-PARTS = ("embedding", "qk")  # what can be held
+PARTS = ("embedding", "qk", "value")  # what can be held
 
 
 def check_parts(parts: Sequence[str]) -> tuple[str, ...]:
@@ -41,14 +45,19 @@ def _masks(model: GPT, part: str) -> list[tuple[torch.nn.Parameter, torch.Tensor
     if part == "embedding":
         w = model.transformer.wte.weight
         return [(w, torch.ones_like(w, dtype=torch.bool))]
-    attn = model.transformer.h[0].attn
+    block = model.transformer.h[0]
+    attn = block.attn
+    rows = slice(0, 2 * attn.n_embd) if part == "qk" else slice(2 * attn.n_embd, None)
     out = []
-    for p in (attn.c_attn.weight, attn.c_attn.bias):
+    for p in (attn.c_attn.weight, attn.c_attn.bias):  # rows q, k, v: a third each
         if p is None:
             continue
         mask = torch.zeros_like(p, dtype=torch.bool)
-        mask[: 2 * attn.n_embd] = True  # rows of q and k; v is the last third
+        mask[rows] = True
         out.append((p, mask))
+    if part == "value":  # what else a value vector passes through in block 1
+        whole = (block.ln_1.weight, block.ln_1.bias, attn.c_proj.weight, attn.c_proj.bias)
+        out += [(p, torch.ones_like(p, dtype=torch.bool)) for p in whole if p is not None]
     return out
 
 

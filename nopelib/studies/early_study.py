@@ -70,7 +70,11 @@ N_INPUTS = 64  # trajectory inputs, for both models (the paper_study profile's o
 # so the runs train alike either way)
 N_CURVE = 200
 ABLATIONS = {"none": (), "embedding": ("embedding",), "qk": ("qk",),
-             "both": ("embedding", "qk")}
+             "both": ("embedding", "qk"),
+             # every token's value vector as at initialisation: the leading axis held
+             "values": ("embedding", "value"),
+             # block 1's attention output as at initialisation: only its MLP moves layer 1
+             "attention": ("embedding", "qk", "value")}
 
 
 def early_profile(base: TrainProfile, steps: int, every: int) -> TrainProfile:
@@ -301,7 +305,9 @@ def causes(runs: pd.DataFrame) -> pd.DataFrame:
 
 # what each ablation holds at its initial values, in words
 HELD = {"embedding": "the token embedding", "qk": "block 1's queries and keys",
-        "both": "the token embedding and block 1's queries and keys"}
+        "both": "the token embedding and block 1's queries and keys",
+        "values": "the token embedding and block 1's value path (its value vectors)",
+        "attention": "the token embedding and all of block 1's attention"}
 
 
 def answers(falls_table: pd.DataFrame, gaps: pd.DataFrame,
