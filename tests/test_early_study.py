@@ -13,7 +13,7 @@ from nopelib.core.cost import ALLOW_SLOW_ENV
 from nopelib.core.model import GPTConfig
 from nopelib.rules import beyond_claims
 from nopelib.store import cache
-from nopelib.studies import early_study, result_schema, results
+from nopelib.studies import early_study, early_tables, result_schema, results
 from nopelib.training import profiles
 
 TINY = replace(profiles.PROFILES["study"], model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
@@ -109,11 +109,11 @@ def test_bad_arguments_are_usage_errors_before_any_training(tiny_study, capsys, 
 def test_the_tables_read_every_run_from_its_initialisation_on(tiny_study):
     early_study.main(["--tasks", "addition", "reversal", "--seeds", "0", "1", "2",
                       "--ablations", "none", "embedding", "--out", str(tiny_study)])
-    runs = early_study.frame(results.load(tiny_study))
+    runs = early_tables.frame(results.load(tiny_study))
     assert len(runs) == 2 * 2 * 3 * 3  # tasks x ablations x seeds x (init + 2 points)
     assert set(runs.ablation) == {"none", "embedding"}
     assert (runs[runs.step == 0].lr == 0).all()
-    falls = early_study.falls(runs)
+    falls = early_tables.falls(runs)
     assert len(falls) == 6 and set(falls.task) == {"addition", "reversal"}
     for _, row in falls.iterrows():  # the first step below the level, or none
         g = runs[(runs.task == row.task) & (runs.seed == row.seed) & (runs.ablation == "none")]
@@ -121,12 +121,12 @@ def test_the_tables_read_every_run_from_its_initialisation_on(tiny_study):
         assert (below.min() if len(below) else float("nan")) == pytest.approx(
             row.falls_at, nan_ok=True)
     assert (falls.last_layer1 >= falls.lowest_layer1).all()
-    gaps = early_study.agreement(runs)
+    gaps = early_tables.agreement(runs)
     assert (gaps.gap_without_mlp >= 0).all() and set(gaps.at_step) <= {0, 10, 20}
-    table = early_study.causes(runs)
+    table = early_tables.causes(runs)
     assert list(table.ablation) == ["embedding", "embedding"]
     assert set(table.verdict) <= set(beyond_claims.CAUSE_VERDICTS) and (table.seeds == 3).all()
-    sentences = early_study.answers(falls, gaps, table)
+    sentences = early_tables.answers(falls, gaps, table)
     assert set(sentences) == {"addition", "reversal"}
     for task, text in sentences.items():  # each names its verdict, computed by the rule
         verdict = table[table.task == task].verdict.iloc[0]

@@ -202,7 +202,7 @@ def trajectory(runs: Sequence[Mapping], title: str = "") -> go.Figure:
 
 def early_layer1(runs: pd.DataFrame, title: str = "") -> go.Figure:
     """The early-dynamics study's layer 1 against step, one panel per task (``runs``:
-    ``early_study.frame``'s rows of one ablation): the measured score after block 1, the score
+    ``early_tables.frame``'s rows of one ablation): the measured score after block 1, the score
     of block 1's attention residual without its MLP, and the averaging theory's prediction
     from the measured quantities; mean over seeds with their min-max band."""
     tasks = sorted(runs.task.unique())
@@ -232,7 +232,7 @@ def early_layer1(runs: pd.DataFrame, title: str = "") -> go.Figure:
 
 
 def early_quantities(runs: pd.DataFrame, columns: Sequence[str], title: str = "") -> go.Figure:
-    """Block 1's measured quantities against step (``early_study.frame``'s rows of one
+    """Block 1's measured quantities against step (``early_tables.frame``'s rows of one
     ablation): one panel per quantity, one line per task (mean over seeds)."""
     fig = make_subplots(rows=1, cols=len(columns), subplot_titles=list(columns),
                         horizontal_spacing=0.05)

@@ -48,7 +48,6 @@ from nopelib.core.metrics import layer_scores
 from nopelib.core.model import GPT, GPTConfig
 from nopelib.core.params import SEED, Choice, ListOf
 from nopelib.core.tasks import TASKS, get_task, sample_inputs
-from nopelib.rules import beyond_claims
 from nopelib.store.memo import is_cached, memo
 from nopelib.studies import results
 from nopelib.studies.one_model import random_model
@@ -213,13 +212,6 @@ def init_check(profile: TrainProfile, tasks: Sequence[str],
     return pd.DataFrame(rows)
 
 
-# ---------------------------------------------------------------------------------------------
-# reading a committed study
-
-MEASURED = ("rho", "value_common", "embedding_common", "value_axis", "embedding_axis",
-            "entropy", "score_without_mlp", "predicted")  # block 1, per curve point
-
-
 def ablation_name(frozen: Sequence[str]) -> str:
     """The ablation a run's ``frozen`` parts make (ABLATIONS' key)."""
     for name, parts in ABLATIONS.items():
@@ -227,120 +219,6 @@ def ablation_name(frozen: Sequence[str]) -> str:
             return name
     raise ValueError(f"frozen={list(frozen)!r} is no ablation of {list(ABLATIONS)}")
 
-
-def frame(doc: dict) -> pd.DataFrame:
-    """One row per run and curve point, step 0 (the initialisation) included: task, seed,
-    ablation, step, lr, accuracy (NaN at step 0), layer1 (the adjacency score after block 1)
-    and the MEASURED quantities."""
-    rows = []
-    for run in doc["runs"]:
-        head = {"task": run["task"], "seed": run["seed"],
-                "ablation": ablation_name(run["frozen"])}
-        rows.append({**head, "step": 0, "lr": 0.0, "accuracy": float("nan"),
-                     "layer1": run["scores_init"][1],
-                     **{k: run["measure_init"][k] for k in MEASURED}})
-        c = run["curve"]
-        for i, step in enumerate(c["step"]):
-            rows.append({**head, "step": step, "lr": c["lr"][i], "accuracy": c["accuracy"][i],
-                         "layer1": c["scores"][i][1], **{k: c[k][i] for k in MEASURED}})
-    return pd.DataFrame(rows)
-
-
-def falls(runs: pd.DataFrame, level: float = beyond_claims.FALLS_AT) -> pd.DataFrame:
-    """Per unablated run (task, seed): the first step where layer 1 is below ``level``
-    (``beyond_claims.first_below``; NaN if never), its lowest and its last score in the window, and
-    the block-1 quantities at that step beside their values at initialisation
-    (``<name>_init``)."""
-    out = []
-    for (task, seed), g in runs[runs.ablation == "none"].groupby(["task", "seed"]):
-        g = g.sort_values("step")
-        step = beyond_claims.first_below(g.step.tolist(), g.layer1.tolist(), level)
-        at = g[g.step == step].iloc[0] if step is not None else None
-        row = {"task": task, "seed": seed, "falls_at": float("nan") if step is None else step,
-               "lowest_layer1": beyond_claims.window_min(g.step.tolist(), g.layer1.tolist()),
-               "last_layer1": float(g.layer1.iloc[-1])}
-        for name in ("layer1", "rho", "value_common", "value_axis", "embedding_axis",
-                     "entropy"):
-            row[f"{name}_init"] = float(g[name].iloc[0])
-            row[name] = float("nan") if at is None else float(at[name])
-        out.append(row)
-    return pd.DataFrame(out)
-
-
-def agreement(runs: pd.DataFrame) -> pd.DataFrame:
-    """The theory along training, per unablated run: the largest |predicted - measured| over
-    its curve points and its step (``beyond_claims.largest_gap``), against the residual the theory
-    describes (``score_without_mlp``) and against the layer-1 score itself."""
-    out = []
-    for (task, seed), g in runs[runs.ablation == "none"].groupby(["task", "seed"]):
-        g = g.sort_values("step")
-        gap, step = beyond_claims.largest_gap(g.step, g.predicted, g.score_without_mlp)
-        gap1, step1 = beyond_claims.largest_gap(g.step, g.predicted, g.layer1)
-        out.append({"task": task, "seed": seed, "gap_without_mlp": gap, "at_step": step,
-                    "gap_layer1": gap1, "at_step_layer1": step1})
-    return pd.DataFrame(out)
-
-
-def causes(runs: pd.DataFrame) -> pd.DataFrame:
-    """``beyond_claims.collapse_cause`` per task and ablation: each seed's lowest layer-1 score in
-    the window (``beyond_claims.window_min``), unablated and ablated, and the verdict."""
-    lows = {key: beyond_claims.window_min(g.step.tolist(), g.layer1.tolist())  # order-free
-            for key, g in runs.groupby(["task", "ablation", "seed"])}
-    out = []
-    for task in sorted({t for t, _, _ in lows}):
-        base = {s: v for (t, a, s), v in lows.items() if t == task and a == "none"}
-        for name in ABLATIONS:
-            if name == "none":
-                continue
-            held = {s: v for (t, a, s), v in lows.items() if t == task and a == name}
-            if not held:
-                continue
-            out.append({"task": task, "ablation": name, "seeds": len(held),
-                        "lowest_unablated": min(base.values()) if base else float("nan"),
-                        "lowest_ablated": min(held.values()),
-                        "verdict": beyond_claims.collapse_cause(base, held)})
-    return pd.DataFrame(out, columns=["task", "ablation", "seeds", "lowest_unablated",
-                                      "lowest_ablated", "verdict"])
-
-
-# what each ablation holds at its initial values, in words
-HELD = {"embedding": "the token embedding", "qk": "block 1's queries and keys",
-        "both": "the token embedding and block 1's queries and keys",
-        "values": "the token embedding and block 1's value path (its value vectors)",
-        "attention": "the token embedding and all of block 1's attention"}
-
-
-def answers(falls_table: pd.DataFrame, gaps: pd.DataFrame,
-            cause_table: pd.DataFrame) -> dict[str, str]:
-    """One plain sentence per task from ``falls``, ``agreement`` and ``causes``: when layer 1
-    fell, what had moved by then, how far the theory missed, what each ablation's rule
-    reads."""
-    out = {}
-    for task, f in falls_table.groupby("task"):
-        fell = f.dropna(subset=["falls_at"])
-        if fell.empty:
-            when = (f"layer 1 never fell below {beyond_claims.FALLS_AT} (lowest "
-                    f"{f.lowest_layer1.min():.3f})")
-        else:
-            steps = fell.falls_at.astype(int)
-            when = (f"layer 1 fell below {beyond_claims.FALLS_AT} on {len(fell)} of {len(f)} seeds, "
-                    f"at step {steps.min()}-{steps.max()}, with attention entropy still "
-                    f"{fell.entropy.min():.3f} or more of uniform, rho {fell.rho.min():.2f}-"
-                    f"{fell.rho.max():.2f} (initially {fell.rho_init.min():.2f}-"
-                    f"{fell.rho_init.max():.2f}) and the value vectors' leading-axis share "
-                    f"{fell.value_axis.min():.2f}-{fell.value_axis.max():.2f} (initially "
-                    f"{fell.value_axis_init.min():.2f}-{fell.value_axis_init.max():.2f})")
-        when += (f"; at the window's last point layer 1 was {f.last_layer1.min():.3f}-"
-                 f"{f.last_layer1.max():.3f}")
-        g = gaps[gaps.task == task]
-        theory = (f"the theory fed the measured quantities missed the no-MLP score by up to "
-                  f"{g.gap_without_mlp.max():.3f}")
-        rules = [f"holding {HELD[r.ablation]}"
-                 f" left layer 1 at {r.lowest_ablated:.3f} or above (unablated "
-                 f"{r.lowest_unablated:.3f}): {r.verdict}"
-                 for r in cause_table[cause_table.task == task].itertuples()]
-        out[task] = "; ".join([when, theory, *rules]) + "."
-    return out
 
 
 def main(argv: list[str] | None = None) -> None:
