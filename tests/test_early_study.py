@@ -8,6 +8,7 @@ import json
 from dataclasses import replace
 
 import pytest
+import torch
 
 from nopelib.core.cost import ALLOW_SLOW_ENV
 from nopelib.core.model import GPTConfig
@@ -91,6 +92,25 @@ def test_a_file_with_a_curve_field_missing_is_refused(tiny_study):
     bad.write_text(json.dumps(doc))
     with pytest.raises(results.ResultsError, match=r"early_bad.json: runs\[0\].curve.*rho"):
         results.load(bad)
+
+
+def test_a_file_from_other_cpu_kernels_is_refused_before_training(tiny_study, capsys,
+                                                                   monkeypatch):
+    argv = ["--tasks", "reversal", "--seeds", "0", "--ablations", "none",
+            "--out", str(tiny_study)]
+    early_study.main(argv)
+    doc = json.loads(tiny_study.read_text())
+    here = torch.backends.cpu.get_cpu_capability()
+    assert doc["provenance"]["cpu_capability"] == here
+    doc["provenance"]["cpu_capability"] = "other" if here != "other" else "else"
+    tiny_study.write_text(json.dumps(doc))
+    trained = []
+    monkeypatch.setattr(early_study, "run_study", lambda *a, **k: trained.append(a) or [])
+    with pytest.raises(SystemExit) as exit_:
+        early_study.main(["--tasks", "addition", "--seeds", "0", "--ablations", "none",
+                          "--out", str(tiny_study)])
+    assert exit_.value.code == 2
+    assert "kernels" in capsys.readouterr().err and not trained
 
 
 @pytest.mark.parametrize("argv, match", [

@@ -155,14 +155,21 @@ def kept_runs(path: Path, training: dict,
     study profile (``training``, its record) whose (task, seed, frozen parts) ``todo`` does not
     compute, and the invocations they came from (the file's ``kept_from``, then its own
     command, commit and date). A study grows by what it adds: none without a file or under
-    another profile record. An unreadable file raises ResultsError: it is not overwritten
-    unread."""
+    another profile record. An unreadable file, or one trained under other CPU kernels (its
+    ``cpu_capability``), raises ResultsError: it is not overwritten unread, and one file holds
+    one kernel set."""
     if not path.is_file():
         return [], []
     old = results.load(path)
     prov = old["provenance"]
     if prov["training"] != json.loads(json.dumps(training)):  # tuples as the file has them
         return [], []
+    here = torch.backends.cpu.get_cpu_capability()
+    if prov.get("cpu_capability", here) != here:  # one file, one kernel set
+        raise results.ResultsError(
+            f"{path}: its runs trained under the {prov['cpu_capability']} kernels and this "
+            f"process runs {here}; a study under another kernel set is written to its own "
+            "file (--out)")
     mine = {(task, seed, tuple(frozen)) for task, seed, _, frozen in todo}
     kept = [r for r in old["runs"] if (r["task"], r["seed"], tuple(r["frozen"])) not in mine]
     if not kept:
@@ -261,13 +268,17 @@ def main(argv: list[str] | None = None) -> None:
     start = time.perf_counter()
     steps, every = WINDOWS[args.profile]
     training = early_profile(prof, steps, every).record()
-    kept, kept_from = kept_runs(out, training, jobs(args.profile, args.tasks, args.seeds,
-                                                    args.ablations))
+    try:
+        kept, kept_from = kept_runs(out, training, jobs(args.profile, args.tasks, args.seeds,
+                                                        args.ablations))
+    except results.ResultsError as exc:
+        parser.error(str(exc))
     runs = run_order([*kept, *run_study(args.profile, args.tasks, args.seeds, args.ablations,
                                         args.workers)])
     doc = {"provenance": results.provenance(
         "python -m nopelib.studies.early_study", argv, start, profile=args.profile,
         training=training, window=steps, every=every,
+        cpu_capability=torch.backends.cpu.get_cpu_capability(),
         tasks=[t for t in TASKS if any(r["task"] == t for r in runs)],
         seeds=sorted({r["seed"] for r in runs}),
         ablations=[a for a in ABLATIONS if any(ablation_name(r["frozen"]) == a for r in runs)],

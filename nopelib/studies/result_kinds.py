@@ -194,6 +194,11 @@ def check_precision(name: str, doc: dict) -> None:
                         f"{bf16.verdict(table)!r}, the verdict of gaps")
 
 
+# the CPU kernels an early study trained under (files from before it was recorded lack it)
+EARLY_PROVENANCE_OPTIONAL: dict[str, Rule] = {
+    "cpu_capability": (lambda v: isinstance(v, str) and bool(v), "torch's CPU capability")}
+
+
 def check_early(name: str, doc: dict) -> None:
     prov, runs = doc["provenance"], doc["runs"]
     try:  # the study's own profile, named apart from the profile it starts from
@@ -201,6 +206,7 @@ def check_early(name: str, doc: dict) -> None:
     except (TypeError, ValueError, KeyError) as exc:
         raise ResultsError(f"{name}: provenance.training: {exc}") from None
     layers = prof.model.n_layer + 1
+    check_fields(f"{name}: provenance", prov, {}, EARLY_PROVENANCE_OPTIONAL)
     kept_from = prov.get("kept_from", [])  # a merged file: the invocations of its kept runs
     if not isinstance(kept_from, list) or "kept_from" in prov and not kept_from:
         raise bad_value(f"{name}: provenance.kept_from", kept_from, "a non-empty list")
