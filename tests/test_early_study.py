@@ -141,6 +141,8 @@ def test_the_tables_read_every_run_from_its_initialisation_on(tiny_study):
         assert (below.min() if len(below) else float("nan")) == pytest.approx(
             row.falls_at, nan_ok=True)
     assert (falls.last_layer1 >= falls.lowest_layer1).all()
+    last = runs[runs.ablation == "none"].sort_values("step").groupby(["task", "seed"]).last()
+    assert list(falls.set_index(["task", "seed"]).last_value_axis) == list(last.value_axis)
     gaps = early_tables.agreement(runs)
     assert (gaps.gap_without_mlp >= 0).all() and set(gaps.at_step) <= {0, 10, 20}
     table = early_tables.causes(runs)

@@ -37,9 +37,9 @@ def frame(doc: dict) -> pd.DataFrame:
 
 def falls(runs: pd.DataFrame, level: float = beyond_claims.FALLS_AT) -> pd.DataFrame:
     """Per unablated run (task, seed): the first step where layer 1 is below ``level``
-    (``beyond_claims.first_below``; NaN if never), its lowest and its last score in the window, and
-    the block-1 quantities at that step beside their values at initialisation
-    (``<name>_init``)."""
+    (``beyond_claims.first_below``; NaN if never), its lowest and its last score in the window,
+    the value vectors' leading-axis share at the last point, and the block-1 quantities at the
+    fall beside their values at initialisation (``<name>_init``)."""
     out = []
     for (task, seed), g in runs[runs.ablation == "none"].groupby(["task", "seed"]):
         g = g.sort_values("step")
@@ -47,7 +47,8 @@ def falls(runs: pd.DataFrame, level: float = beyond_claims.FALLS_AT) -> pd.DataF
         at = g[g.step == step].iloc[0] if step is not None else None
         row = {"task": task, "seed": seed, "falls_at": float("nan") if step is None else step,
                "lowest_layer1": beyond_claims.window_min(g.step.tolist(), g.layer1.tolist()),
-               "last_layer1": float(g.layer1.iloc[-1])}
+               "last_layer1": float(g.layer1.iloc[-1]),
+               "last_value_axis": float(g.value_axis.iloc[-1])}
         for name in ("layer1", "rho", "value_common", "value_axis", "embedding_axis",
                      "entropy"):
             row[f"{name}_init"] = float(g[name].iloc[0])
@@ -120,7 +121,8 @@ def answers(falls_table: pd.DataFrame, gaps: pd.DataFrame,
                     f"{fell.value_axis.min():.2f}-{fell.value_axis.max():.2f} (initially "
                     f"{fell.value_axis_init.min():.2f}-{fell.value_axis_init.max():.2f})")
         when += (f"; at the window's last point layer 1 was {f.last_layer1.min():.3f}-"
-                 f"{f.last_layer1.max():.3f}")
+                 f"{f.last_layer1.max():.3f} and the leading-axis share "
+                 f"{f.last_value_axis.min():.2f}-{f.last_value_axis.max():.2f}")
         g = gaps[gaps.task == task]
         theory = (f"the theory fed the measured quantities missed the no-MLP score by up to "
                   f"{g.gap_without_mlp.max():.3f}")
