@@ -148,6 +148,9 @@ def test_the_tables_read_every_run_from_its_initialisation_on(tiny_study):
     table = early_tables.causes(runs)
     assert list(table.ablation) == ["embedding", "embedding"]
     assert set(table.verdict) <= set(beyond_claims.CAUSE_VERDICTS) and (table.seeds == 3).all()
+    held = runs[(runs.ablation == "embedding") & (runs.step <= beyond_claims.EARLY_STEPS)]
+    for task, row in table.set_index("task").iterrows():  # reported beside the verdict
+        assert row.lowest_ablated_without_mlp == held[held.task == task].score_without_mlp.min()
     sentences = early_tables.answers(falls, gaps, table)
     assert set(sentences) == {"addition", "reversal"}
     for task, text in sentences.items():  # each names its verdict, computed by the rule

@@ -73,9 +73,13 @@ def agreement(runs: pd.DataFrame) -> pd.DataFrame:
 
 def causes(runs: pd.DataFrame) -> pd.DataFrame:
     """``beyond_claims.collapse_cause`` per task and ablation: each seed's lowest layer-1 score in
-    the window (``beyond_claims.window_min``), unablated and ablated, and the verdict."""
+    the window (``beyond_claims.window_min``), unablated and ablated, and the verdict; beside
+    them, not judged, the ablated runs' lowest score of block 1's attention residual without
+    its MLP (the part the averaging theory describes)."""
     lows = {key: beyond_claims.window_min(g.step.tolist(), g.layer1.tolist())  # order-free
             for key, g in runs.groupby(["task", "ablation", "seed"])}
+    residual = {key: beyond_claims.window_min(g.step.tolist(), g.score_without_mlp.tolist())
+                for key, g in runs.groupby(["task", "ablation", "seed"])}
     out = []
     for task in sorted({t for t, _, _ in lows}):
         base = {s: v for (t, a, s), v in lows.items() if t == task and a == "none"}
@@ -88,9 +92,12 @@ def causes(runs: pd.DataFrame) -> pd.DataFrame:
             out.append({"task": task, "ablation": name, "seeds": len(held),
                         "lowest_unablated": min(base.values()) if base else float("nan"),
                         "lowest_ablated": min(held.values()),
+                        "lowest_ablated_without_mlp": min(
+                            v for (t, a, _), v in residual.items() if t == task and a == name),
                         "verdict": beyond_claims.collapse_cause(base, held)})
     return pd.DataFrame(out, columns=["task", "ablation", "seeds", "lowest_unablated",
-                                      "lowest_ablated", "verdict"])
+                                      "lowest_ablated", "lowest_ablated_without_mlp",
+                                      "verdict"])
 
 
 # what each ablation holds at its initial values, in words
@@ -128,7 +135,8 @@ def answers(falls_table: pd.DataFrame, gaps: pd.DataFrame,
                   f"{g.gap_without_mlp.max():.3f}")
         rules = [f"holding {HELD[r.ablation]}"
                  f" left layer 1 at {r.lowest_ablated:.3f} or above (unablated "
-                 f"{r.lowest_unablated:.3f}): {r.verdict}"
+                 f"{r.lowest_unablated:.3f}; block 1's attention residual without its MLP "
+                 f"{r.lowest_ablated_without_mlp:.3f} or above): {r.verdict}"
                  for r in cause_table[cause_table.task == task].itertuples()]
         out[task] = "; ".join([when, theory, *rules]) + "."
     return out
