@@ -76,10 +76,10 @@ def causes(runs: pd.DataFrame) -> pd.DataFrame:
     the window (``beyond_claims.window_min``), unablated and ablated, and the verdict; beside
     them, not judged, the ablated runs' lowest score of block 1's attention residual without
     its MLP (the part the averaging theory describes)."""
-    lows = {key: beyond_claims.window_min(g.step.tolist(), g.layer1.tolist())  # order-free
-            for key, g in runs.groupby(["task", "ablation", "seed"])}
-    residual = {key: beyond_claims.window_min(g.step.tolist(), g.score_without_mlp.tolist())
-                for key, g in runs.groupby(["task", "ablation", "seed"])}
+    lows, residual = {}, {}
+    for key, g in runs.groupby(["task", "ablation", "seed"]):  # window_min is order-free
+        lows[key] = beyond_claims.window_min(g.step.tolist(), g.layer1.tolist())
+        residual[key] = beyond_claims.window_min(g.step.tolist(), g.score_without_mlp.tolist())
     out = []
     for task in sorted({t for t, _, _ in lows}):
         base = {s: v for (t, a, s), v in lows.items() if t == task and a == "none"}
