@@ -196,3 +196,95 @@ def test_a_run_is_cached_under_the_module_s_key_whether_run_as_a_command_or_impo
     finally:
         sys.argv = saved
     assert memo.is_cached(early_study.early_run, "addition", 0, "study", ())
+
+
+# --full: each ablated run to the end of its task's budget, checkpointed
+TINY_FULL = replace(TINY, steps=30, curve_every=10)
+
+
+@pytest.fixture
+def tiny_full(tiny_study, monkeypatch):
+    monkeypatch.setitem(profiles.PROFILES, "study", TINY_FULL)
+    monkeypatch.setitem(early_study.FULL_SECONDS, "study", 5.0)
+    return tiny_study.with_name("early_full_tiny.json")
+
+
+def test_a_full_run_trains_to_the_end_of_its_budget_and_is_read_by_the_rule(tiny_full):
+    argv = ["--full", "--tasks", "addition", "--ablations", "both", "embedding",
+            "--out", str(tiny_full)]
+    early_study.main(argv)
+    doc = results.load(tiny_full)
+    prov = doc["provenance"]
+    assert prov["window"] == TINY_FULL.steps and prov["every"] == TINY_FULL.curve_every
+    assert prov["seeds"] == [0] and prov["ablations"] == ["embedding", "both"]
+    for run in doc["runs"]:
+        assert run["steps"] == TINY_FULL.steps  # a tiny model never reaches stop_at
+        assert run["curve"]["step"] == [10, 20, 30] and run["resumed_at"] == []
+        assert run["n_test"] == TINY_FULL.n_eval and 0 <= run["accuracy"] <= 1
+        assert set(result_schema.EARLY_CURVE) <= set(run["curve"])
+        layer1 = [run["scores_init"][1], *(row[1] for row in run["curve"]["scores"])]
+        reading = beyond_claims.full_reading(run["accuracy"], run["curve"]["step"],
+                                             run["curve"]["accuracy"], layer1, run["steps"])
+        assert reading == ("not learned, pattern kept" if min(layer1) >= 0.8
+                           else "not learned, pattern lost")
+    first = tiny_full.read_text()
+    early_study.main(argv)  # from the results cache: the same runs
+    assert json.loads(tiny_full.read_text())["runs"] == json.loads(first)["runs"]
+
+
+def test_a_stopped_full_run_goes_on_from_its_checkpoint_to_the_same_run(tiny_full,
+                                                                         monkeypatch):
+    import nopelib.training.train as tr
+    from nopelib.store import checkpoint
+
+    whole = early_study.full_run("reversal", 0, "study", ("qk",))
+    monkeypatch.setenv(checkpoint.SECONDS_ENV, "0")  # a checkpoint after every step
+    real, calls = tr.train_step, {"n": 0}
+
+    def stop_at_17(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 17:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(tr, "train_step", stop_at_17)
+        with pytest.raises(KeyboardInterrupt):
+            early_study.full_run("reversal", 0, "study", ("qk",))
+    key = early_study.full_key("reversal", 0, TINY_FULL, ("qk",))
+    assert key != early_study.full_key("reversal", 0, TINY_FULL, ("embedding",))
+    folder = cache.resolve_cache_dir() / "checkpoints" / key
+    assert folder.is_dir()
+    again = early_study.full_run("reversal", 0, "study", ("qk",))
+    assert again["resumed_at"] == [16] and not folder.exists()
+    timings = {"resumed_at", "train_seconds", "curve_seconds"}
+    assert ({k: v for k, v in again.items() if k not in timings}
+            == {k: v for k, v in whole.items() if k not in timings})
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--full", "--ablations", "none"], "trained study's own"),
+    (["--full", "--profile", "paper_study"], "allowed: ['study']"),
+])
+def test_a_full_run_that_is_not_one_is_a_usage_error(tiny_full, capsys, argv, match):
+    with pytest.raises(SystemExit) as exit_:
+        early_study.main(["--tasks", "addition", *argv, "--out", str(tiny_full)])
+    assert exit_.value.code == 2
+    assert match in capsys.readouterr().err and not tiny_full.exists()
+
+
+@pytest.mark.parametrize("accuracy, curve, layer1, reading", [
+    (0.95, [0.5, 0.92, 0.95, 0.96], [0.85, 0.82, 0.81, 0.84, 0.9], "learned, pattern kept"),
+    (0.95, [0.5, 0.92, 0.95, 0.96], [0.85, 0.42, 0.81, 0.84, 0.9], "learned, pattern lost"),
+    # at the level only at the last point: a tail of 0 %, short of the study's margin
+    (0.95, [0.5, 0.6, 0.7, 0.95], [0.85, 0.82, 0.81, 0.84, 0.9], "not learned, pattern kept"),
+    (0.85, [0.5, 0.92, 0.95, 0.96], [0.85, 0.82, 0.81, 0.84, 0.7], "not learned, pattern lost"),
+])
+def test_the_full_reading_asks_the_study_s_margin_and_every_point_of_layer_1(
+        accuracy, curve, layer1, reading):
+    assert beyond_claims.full_reading(accuracy, [10, 20, 30, 40], curve, layer1, 40) == reading
+
+
+def test_the_full_reading_refuses_a_curve_without_its_initial_score():
+    with pytest.raises(ValueError, match="initial one"):
+        beyond_claims.full_reading(0.9, [10, 20], [0.9, 0.9], [0.8, 0.8], 20)

@@ -1,8 +1,9 @@
 """Rules for what goes beyond the paper: long sequences, the early dynamics, real text.
 
 Fixed before the data, like the paper's claims (``claims``): the long-sequence chapter's
-readings, the rule that says which cause explains the early collapse of the layer-1 pattern,
-and the text study's readings.
+readings, the rule that says which cause explains the early collapse of the layer-1 pattern
+and the reading of an ablated run trained to the end of its budget, and the text study's
+readings.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from nopelib.rules.claims import ALPHA, CHANCE, KEEPS_AT, judge_families
+from nopelib.rules.claims import (ALPHA, CHANCE, KEEPS_AT, LEARNED_AT, PLATEAU_TAIL,
+                                  judge_families, past_plateau)
 from nopelib.rules.init_claims import NEAR_CHANCE
 
 
@@ -147,6 +149,34 @@ def largest_gap(steps: Sequence[int], predicted: Sequence[float],
     k = int(np.nanargmax(gaps))
     return float(gaps[k]), int(steps[k])
 
+
+# the ablated runs to the end of their task's budget: is the task learned with the pattern kept?
+FULL_READINGS = ("learned, pattern kept", "learned, pattern lost", "not learned, pattern kept",
+                 "not learned, pattern lost")
+FULL_RULE = (f"one run per task and ablation (a reading of that run, not a verdict over "
+             f"seeds): 'learned' when its exact match on the whole test split is at least "
+             f"{LEARNED_AT} and its learning curve stays at {LEARNED_AT} or above over the last "
+             f"{PLATEAU_TAIL:.0%} of its steps or more (claims.past_plateau, the study's own "
+             f"margin); the pattern 'kept' when layer 1's score is at least {KEEPS_AT} at "
+             f"initialisation and at every curve point to the end of the run")
+
+
+def full_reading(accuracy: float, steps: Sequence[int], curve_accuracy: Sequence[float],
+                 layer1: Sequence[float], budget: int) -> str:
+    """``FULL_RULE``'s reading of one run: its exact match on the whole test split, its
+    learning curve (``steps``, ``curve_accuracy``), layer 1's score at initialisation and at
+    every curve point (``layer1``, one more value than ``steps``) and the steps it trained
+    (``budget``)."""
+    if len(layer1) != len(steps) + 1:
+        raise ValueError(f"full_reading: layer1 holds {len(layer1)} scores; it needs the "
+                         f"initial one and one per curve step ({len(steps) + 1})")
+    values = [accuracy, *curve_accuracy, *layer1]
+    if not np.all(np.isfinite(np.asarray(values, dtype=float))):
+        raise ValueError("full_reading: every accuracy and score must be finite")
+    learned = (accuracy >= LEARNED_AT
+               and past_plateau(steps, curve_accuracy, budget)["with_margin"])
+    kept = min(layer1) >= KEEPS_AT
+    return FULL_READINGS[2 * (not learned) + (not kept)]
 
 # ---------------------------------------------------------------------------------------------
 # beyond the paper: a NoPE language model on real text (nopelib.core.corpus)

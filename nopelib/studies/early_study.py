@@ -21,6 +21,16 @@ which writes ``book/results/early_<profile>.json``. Each finished run is kept in
 cache (``nopelib.store.memo``), so an interrupted study goes on with the runs it had not finished
 when the same command is run again at the same commit.
 
+With ``--full``, each ablated run trains to the end of its task's budget instead (the profile
+itself: its steps, its budget that follows progress, its curve points, block 1 measured at
+each) and is scored on the whole test split: is the task learned with the pattern kept
+(``beyond_claims.full_reading``)? Seed 0 by default; the unablated run of that length is the
+trained study's own. It writes ``book/results/early_full_<profile>.json``, and a run stopped
+midway goes on from its last checkpoint (``nopelib.store.checkpoint``) when the command is run
+again::
+
+    NOPELIB_ALLOW_SLOW=1 python -m nopelib.studies.early_study --full --tasks reversal
+
 A run here is its seed's study run up to the point where the two part: a curve point reads
 the validation split, and a run whose validation reaches the profile's ``stop_at`` in the
 window starts its decaying tail at that point, where the study's run, with sparser points,
@@ -30,6 +40,7 @@ may start it later.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import time
@@ -48,11 +59,14 @@ from nopelib.core.metrics import layer_scores
 from nopelib.core.model import GPT, GPTConfig
 from nopelib.core.params import SEED, Choice, ListOf
 from nopelib.core.tasks import TASKS, get_task, sample_inputs
+from nopelib.store.cache import resolve_cache_dir
+from nopelib.store.checkpoint import RunCheckpoints
 from nopelib.store.memo import is_cached, memo
 from nopelib.studies import results
 from nopelib.studies.one_model import random_model
 from nopelib.training.gate import training_time_problem
 from nopelib.training.profiles import PROFILES, get_profile
+from nopelib.training.runs import run_key, score
 from nopelib.training.train import TRAJECTORY_SEED, train
 from nopelib.training.train_profile import TrainProfile, check_seed
 
@@ -63,6 +77,9 @@ WINDOWS = {"study": (1_000, 10), "paper_study": (500, 10)}
 # (measured: 2.5 to 6 minutes a run of the study model; the paper's model's 500 steps at about
 # 1.3 s plus 50 points of about 15 s): the estimate the command's time gate uses
 RUN_SECONDS = {"study": 330.0, "paper_study": 1_400.0}
+# --full: one run's seconds, as long as the longest committed study run could be (60,000
+# steps: indexing seed 4 trained 5,210 s) with its block-1 points and the whole test split
+FULL_SECONDS = {"study": 6_000.0}
 N_INPUTS = 64  # trajectory inputs, for both models (the paper_study profile's own count)
 # exact match at a curve point on the first N_CURVE test examples: a point every 10 steps on
 # the profile's 1,000 would cost more than the training (the curve draws no random numbers,
@@ -112,21 +129,56 @@ def early_run(task: str, seed: int, profile: str, frozen: tuple[str, ...]) -> di
             "curve": {k: list(v) for k, v in m["curve"].items()}}
 
 
-def _one(job: tuple[str, int, str, tuple[str, ...]]) -> dict:
-    # the importable module's function, not this one's: run as ``python -m``, this module is
+def full_key(task: str, seed: int, profile: TrainProfile, frozen: tuple[str, ...]) -> str:
+    """The checkpoint key of a ``full_run``: the study run's key with the parts held."""
+    payload = {"run": run_key(task, seed, profile, "cpu"), "frozen": list(frozen)}
+    return hashlib.sha256(json.dumps(payload).encode()).hexdigest()[:32]
+
+
+def full_run(task: str, seed: int, profile: str, frozen: tuple[str, ...]) -> dict:
+    """One run of ``profile`` to the end of its task's budget with ``frozen`` held on the
+    CPU (the seed's study run but for the held parts), as ``early_run`` records one, with its
+    exact match on the whole test split (``accuracy``, ``n_test``) and the steps where a
+    stopped run went on (``resumed_at``). It checkpoints as it trains, so a stopped run goes
+    on from its last checkpoint when called again."""
+    prof = get_profile(profile)
+    texts = sample_inputs(task, prof.n_trajectory, seed=TRAJECTORY_SEED)  # train()'s own
+    key = full_key(task, seed, prof, frozen)
+    checkpoints = RunCheckpoints(resolve_cache_dir() / "checkpoints", key)
+    cpu = torch.device("cpu")
+    model, m = train(task, seed, prof, cpu, progress=False, checkpoints=checkpoints,
+                     frozen=frozen, measure=block1_measure(texts, prof.model))
+    _, m = score(model, m, task, seed, prof, cpu, key)
+    checkpoints.clear()
+    return {"task": task, "seed": seed, "frozen": list(frozen), "steps": m["steps"],
+            "accuracy": m["accuracy"], "n_test": m["n_test"],
+            "resumed_at": m.get("resumed_at", []), "train_seconds": m["train_seconds"],
+            "curve_seconds": m["curve_seconds"], "scores_init": m["scores_init"],
+            "measure_init": m["measure_init"],
+            "curve": {k: list(v) for k, v in m["curve"].items()}}
+
+
+def _one(job: tuple[str, int, str, tuple[str, ...]], full: bool = False) -> dict:
+    # the importable module's functions, not this one's: run as ``python -m``, this module is
     # __main__ (and __mp_main__ in a worker), whose functions memo keys by their globals too
-    from nopelib.studies.early_study import early_run as run
+    from nopelib.studies import early_study
 
     torch.set_num_threads(1)  # one process per core
-    return memo(run, *job)
+    return memo(early_study.full_run if full else early_study.early_run, *job)
+
+
+def _one_full(job: tuple[str, int, str, tuple[str, ...]]) -> dict:
+    return _one(job, full=True)
 
 
 def run_study(profile: str, tasks: Sequence[str], seeds: Sequence[int],
-              ablations: Sequence[str], workers: int = 1) -> list[dict]:
+              ablations: Sequence[str], workers: int = 1, full: bool = False) -> list[dict]:
     """Every (task, ablation, seed) run of the study, in that order, from the results cache
-    where it holds them, on ``workers`` processes."""
-    if profile not in WINDOWS:
-        raise ValueError(f"profile={profile!r}: the study has a window for {sorted(WINDOWS)}")
+    where it holds them, on ``workers`` processes; ``full``: each to the end of its task's
+    budget (``full_run``)."""
+    if profile not in (FULL_SECONDS if full else WINDOWS):
+        raise ValueError(f"profile={profile!r}: the study has a window for {sorted(WINDOWS)}"
+                         f" and runs to the end of the budget for {sorted(FULL_SECONDS)}")
     for task in tasks:
         get_task(task)
     for seed in seeds:
@@ -136,10 +188,11 @@ def run_study(profile: str, tasks: Sequence[str], seeds: Sequence[int],
             raise ValueError(f"ablation {name!r} is unknown; allowed: {list(ABLATIONS)}")
         check_parts(ABLATIONS[name])
     todo = jobs(profile, tasks, seeds, ablations)
+    one = _one_full if full else _one
     if workers == 1:
-        return [_one(job) for job in todo]
+        return [one(job) for job in todo]
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-        return list(pool.map(_one, todo))
+        return list(pool.map(one, todo))
 
 
 def jobs(profile: str, tasks: Sequence[str], seeds: Sequence[int],
@@ -233,48 +286,64 @@ def main(argv: list[str] | None = None) -> None:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default="study", choices=sorted(WINDOWS))
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--ablations", nargs="+", default=list(ABLATIONS),
-                        choices=list(ABLATIONS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=None,
+                        help="default: 0 1 2 (--full: 0)")
+    parser.add_argument("--ablations", nargs="+", default=None, choices=list(ABLATIONS),
+                        help="default: every one (--full: every one but none)")
+    parser.add_argument("--full", action="store_true",
+                        help="each run to the end of its task's budget, checkpointed")
     parser.add_argument("--workers", type=int, default=1,
                         help="training processes (one thread each)")
     parser.add_argument("--out", type=Path, default=None,
-                        help="default: book/results/early_<profile>.json")
+                        help="default: book/results/early_<profile>.json (--full: "
+                             "early_full_<profile>.json)")
     args = parser.parse_args(argv)
     from nopelib.core.params import Int, check_args
 
-    check_args(parser, {"--seeds": (args.seeds, SEED),
+    full = args.full
+    seeds = args.seeds if args.seeds is not None else [0] if full else [0, 1, 2]
+    ablations = (args.ablations if args.ablations is not None
+                 else [a for a in ABLATIONS if a != "none" or not full])
+    check_args(parser, {"--seeds": (seeds, SEED),
                         "--workers": (args.workers, Int(min=1, max=64,
                                                         why="one process per core"))})
-    for name, values in (("--seeds", args.seeds), ("--tasks", args.tasks),
-                         ("--ablations", args.ablations)):
+    for name, values in (("--seeds", seeds), ("--tasks", args.tasks),
+                         ("--ablations", ablations)):
         if len(set(values)) != len(values):
             parser.error(f"{name} {values} names one twice")
-    from nopelib.studies.early_study import early_run as run  # the key _one caches it under
+    if full and args.profile not in FULL_SECONDS:
+        parser.error(f"--full --profile {args.profile}: allowed: {sorted(FULL_SECONDS)}")
+    if full and "none" in ablations:
+        parser.error("--full --ablations none: the unablated run to the end of its budget is "
+                     "the trained study's own (book/results/trained_<profile>_<task>.json)")
+    from nopelib.studies import early_study  # the keys _one caches the runs under
 
-    todo = [job for job in jobs(args.profile, args.tasks, args.seeds, args.ablations)
+    run = early_study.full_run if full else early_study.early_run
+    todo = [job for job in jobs(args.profile, args.tasks, seeds, ablations)
             if not is_cached(run, *job)]  # runs in the cache cost nothing
     prof = PROFILES[args.profile]  # resolved once (argparse checked the name), passed on
-    slow = training_time_problem(prof, len(todo), "cpu", RUN_SECONDS[args.profile],
-                                 args.workers, basis="as measured on the development VM",
-                                 allowed="fewer tasks, seeds or ablations, more --workers")
+    slow = training_time_problem(
+        prof, len(todo), "cpu", (FULL_SECONDS if full else RUN_SECONDS)[args.profile],
+        args.workers, basis="as measured on the development VM",
+        allowed="fewer tasks, seeds or ablations, more --workers")
     if slow is not None:
         parser.error(slow)
-    out = results.RESULTS_DIR / f"early_{args.profile}.json" if args.out is None else args.out
+    name = f"early_full_{args.profile}.json" if full else f"early_{args.profile}.json"
+    out = results.RESULTS_DIR / name if args.out is None else args.out
     if not out.name.startswith("early_") or out.suffix != ".json":
         parser.error(f"--out={str(out)!r}: the file must be named early_<name>.json")
     if not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
         parser.error(f"--out={str(out)!r}: {str(out.parent)!r} is not a writable folder")
     start = time.perf_counter()
-    steps, every = WINDOWS[args.profile]
-    training = early_profile(prof, steps, every).record()
+    steps, every = (prof.steps, prof.curve_every) if full else WINDOWS[args.profile]
+    training = (prof if full else early_profile(prof, steps, every)).record()
     try:
-        kept, kept_from = kept_runs(out, training, jobs(args.profile, args.tasks, args.seeds,
-                                                        args.ablations))
+        kept, kept_from = kept_runs(out, training, jobs(args.profile, args.tasks, seeds,
+                                                        ablations))
     except results.ResultsError as exc:
         parser.error(str(exc))
-    runs = run_order([*kept, *run_study(args.profile, args.tasks, args.seeds, args.ablations,
-                                        args.workers)])
+    runs = run_order([*kept, *run_study(args.profile, args.tasks, seeds, ablations,
+                                        args.workers, full)])
     doc = {"provenance": results.provenance(
         "python -m nopelib.studies.early_study", argv, start, profile=args.profile,
         training=training, window=steps, every=every,

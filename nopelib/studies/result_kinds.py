@@ -19,11 +19,12 @@ from nopelib.rules.claims import LEARNED_AT
 from nopelib.studies.result_checks import (bad_value, check_complete, check_distinct, check_fields,
                                            check_layers, check_same, check_series, known_profile,
                                            layer_rows, profile_record)
-from nopelib.studies.result_schema import (ACCURACIES, EARLY_CURVE, EARLY_RUN, EARLY_SHARES,
-                                           EXTRA_RUN, GAP, LONG_RUN, LOSSES, PRECISION_POLICY,
-                                           PROVENANCE, REL_TOL, RUN, ResultsError, Rule, SECONDS,
-                                           SEED_FIELD, SHARE, STEPS, int_rule, list_of, number_rule,
-                                           object_rule, one_of, rows_rule, text_rule)
+from nopelib.studies.result_schema import (ACCURACIES, EARLY_CURVE, EARLY_FULL_RUN, EARLY_RUN,
+                                           EARLY_SHARES, EXTRA_RUN, GAP, LONG_RUN, LOSSES,
+                                           PRECISION_POLICY, PROVENANCE, REL_TOL, RUN,
+                                           ResultsError, Rule, SECONDS, SEED_FIELD, SHARE, STEPS,
+                                           int_rule, list_of, number_rule, object_rule, one_of,
+                                           rows_rule, text_rule)
 from nopelib.training.text_lm import TextProfile, lengths_for
 from nopelib.training.train_profile import PRECISIONS, TrainProfile
 
@@ -217,13 +218,17 @@ def check_early(name: str, doc: dict) -> None:
     series = {k: ACCURACIES if k in EARLY_SHARES else finite for k in EARLY_CURVE[1:]}
     for i, run in enumerate(runs):
         where = f"{name}: runs[{i}]"
-        check_fields(where, run, EARLY_RUN)
+        check_fields(where, run, EARLY_RUN, EARLY_FULL_RUN)
         check_layers(f"{where}.scores_init", run["scores_init"], layers)
         if run["steps"] > prov["window"]:
             raise bad_value(f"{where}.steps", run["steps"],
                             f"at most the study's window (provenance.window = {prov['window']})")
+        if any(s > run["steps"] for s in run.get("resumed_at", [])):
+            raise bad_value(f"{where}.resumed_at", run["resumed_at"],
+                            f"steps in [1, {run['steps']}]")
         check_series(f"{where}.curve", run["curve"], run["steps"],
-                     {**series, "scores": layer_rows(layers)})
+                     {**series, "scores": layer_rows(layers)},
+                     {"val_accuracy": ACCURACIES})
     known_profile(name, prov)
     check_distinct(name, runs, ("task", "frozen", "seed"), ("curve", lambda r: r["curve"]))
 

@@ -245,6 +245,13 @@ EARLY_RUN: dict[str, Rule] = {
                      "an object of finite numbers"),
     "curve": object_rule("an object of lists, one value per curve point"),
 }
+# what a run to the end of its budget records besides (early_study --full)
+EARLY_FULL_RUN: dict[str, Rule] = {
+    "accuracy": ACCURACIES,  # exact match on the whole test split
+    "n_test": STEPS,
+    "resumed_at": list_of(int_rule(1), "a list of steps >= 1"),
+    "curve_seconds": SECONDS,
+}
 # the curve fields every early run records, besides scores (one list per point)
 EARLY_CURVE = ("step", "accuracy", "lr", "rho", "value_common", "embedding_common", "entropy",
                "value_axis", "embedding_axis", "score_without_mlp", "predicted")
