@@ -288,3 +288,41 @@ def test_the_full_reading_asks_the_study_s_margin_and_every_point_of_layer_1(
 def test_the_full_reading_refuses_a_curve_without_its_initial_score():
     with pytest.raises(ValueError, match="initial one"):
         beyond_claims.full_reading(0.9, [10, 20], [0.9, 0.9], [0.8, 0.8], 20)
+
+
+def test_the_full_table_reads_each_ablated_run_beside_the_unablated_run_of_its_seed(
+        tiny_full):
+    early_study.main(["--full", "--tasks", "addition", "--ablations", "qk", "--out",
+                      str(tiny_full)])
+    doc = results.load(tiny_full)
+    plain = early_study.full_run("addition", 0, "study", ())  # the trained study's run
+    trained = {"addition": [{"seed": s, "accuracy": plain["accuracy"], "steps": plain["steps"],
+                             "scores_init": plain["scores_init"],
+                             "trajectory": {k: plain["curve"][k] for k in
+                                            ("step", "accuracy", "scores")}}
+                            for s in (0, 1)],  # seed 1 has no ablated run: left out
+               "reversal": []}
+    table = early_tables.full_table(doc, trained)
+    assert list(table.ablation) == ["none", "qk"] and list(table.seed) == [0, 0]
+    for row, run in zip(table.itertuples(), (plain, doc["runs"][0])):
+        layer1 = [run["scores_init"][1], *(s[1] for s in run["curve"]["scores"])]
+        assert row.lowest_layer1 == min(layer1) and row.last_layer1 == layer1[-1]
+        assert row.accuracy == run["accuracy"] and row.steps == run["steps"]
+        assert row.reading == beyond_claims.full_reading(
+            run["accuracy"], run["curve"]["step"], run["curve"]["accuracy"], layer1,
+            run["steps"])
+
+
+def test_the_kernel_table_sets_the_verdicts_of_two_kernel_sets_side_by_side(tiny_study):
+    early_study.main(["--tasks", "addition", "--seeds", "0", "1", "2", "--ablations",
+                      "none", "embedding", "--out", str(tiny_study)])
+    native = early_tables.frame(results.load(tiny_study))
+    same = early_tables.kernel_agreement(native, native)
+    assert list(same.ablation) == ["embedding"] and same.agree.all()
+    # the other kernels' unablated runs never fall: a verdict that must differ
+    other = native.assign(layer1=native.layer1.where(native.ablation != "none", 0.9))
+    moved = early_tables.kernel_agreement(native, other)
+    assert moved.verdict_other.iloc[0] == "no collapse"
+    assert moved.agree.iloc[0] == (moved.verdict.iloc[0] == "no collapse")
+    # a task the other file lacks is not compared
+    assert early_tables.kernel_agreement(native, other[other.task != "addition"]).empty

@@ -3,14 +3,20 @@
 ``nopelib.studies.early_study`` writes ``book/results/early_<profile>.json``, one run per
 (task, seed, ablation); the early-dynamics chapter reads it through these tables, and judges
 each ablation by ``nopelib.rules.beyond_claims.collapse_cause``, the rule fixed before the
-study ran.
+study ran, under each CPU kernel set a file was trained on (``kernel_agreement``). The ablated
+runs trained to the end of their budget (``early_full_<profile>.json``) are read beside the
+trained study's unablated ones by ``beyond_claims.full_reading`` (``full_table``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import pandas as pd
 
+from nopelib.core.tasks import TASKS
 from nopelib.rules import beyond_claims
+from nopelib.rules.claims import past_plateau
 from nopelib.studies.early_study import ABLATIONS, ablation_name
 
 MEASURED = ("rho", "value_common", "embedding_common", "value_axis", "embedding_axis",
@@ -140,3 +146,53 @@ def answers(falls_table: pd.DataFrame, gaps: pd.DataFrame,
                  for r in cause_table[cause_table.task == task].itertuples()]
         out[task] = "; ".join([when, theory, *rules]) + "."
     return out
+
+
+def kernel_agreement(native: pd.DataFrame, other: pd.DataFrame) -> pd.DataFrame:
+    """``causes`` of the same study trained under two CPU kernel sets (``frame``s of the
+    two files), per task and ablation that both hold on the same number of seeds: the lowest
+    scores and the verdict under each (``_other``), and whether the verdicts agree."""
+    both = causes(native).merge(causes(other), on=["task", "ablation", "seeds"],
+                                suffixes=("", "_other"))
+    both["agree"] = both.verdict == both.verdict_other
+    return both[["task", "ablation", "seeds", "lowest_unablated", "lowest_unablated_other",
+                 "lowest_ablated", "lowest_ablated_other", "verdict", "verdict_other",
+                 "agree"]]
+
+
+def _full_row(task: str, seed: int, ablation: str, accuracy: float, steps: int,
+              curve_steps: list, curve_accuracy: list, scores_init: list,
+              scores: list) -> dict:
+    layer1 = [scores_init[1], *(row[1] for row in scores)]
+    plateau = past_plateau(curve_steps, curve_accuracy, steps)
+    return {"task": task, "seed": seed, "ablation": ablation, "steps": steps,
+            "accuracy": accuracy, "learned_from": plateau["learned_from"],
+            "tail": plateau["tail"], "lowest_layer1": min(layer1), "last_layer1": layer1[-1],
+            "reading": beyond_claims.full_reading(accuracy, curve_steps, curve_accuracy,
+                                                  layer1, steps)}
+
+
+def full_table(doc: dict, trained: Mapping[str, Sequence[dict]]) -> pd.DataFrame:
+    """``beyond_claims.full_reading`` of every run of an ``early_study --full`` file
+    (``doc``) and, per task it holds, of the unablated run of each of its seeds in the
+    committed trained study (``trained``: task -> that file's runs; ablation "none"):
+    steps trained, exact match on the whole test split, where the learning curve reached
+    the learnedness line for good and the share of the run after it, layer 1's lowest and
+    last score, and the reading. Rows by task, then ablation."""
+    rows = []
+    for run in doc["runs"]:
+        c = run["curve"]
+        rows.append(_full_row(run["task"], run["seed"], ablation_name(run["frozen"]),
+                              run["accuracy"], run["steps"], c["step"], c["accuracy"],
+                              run["scores_init"], c["scores"]))
+    held = {(r["task"], r["seed"]) for r in rows}
+    for task, runs in trained.items():
+        for run in runs:
+            if (task, run["seed"]) in held:
+                t = run["trajectory"]
+                rows.append(_full_row(task, run["seed"], "none", run["accuracy"],
+                                      run["steps"], t["step"], t["accuracy"],
+                                      run["scores_init"], t["scores"]))
+    names, tasks = list(ABLATIONS), list(TASKS)
+    rows.sort(key=lambda r: (tasks.index(r["task"]), names.index(r["ablation"]), r["seed"]))
+    return pd.DataFrame(rows)
