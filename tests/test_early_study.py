@@ -237,6 +237,8 @@ def test_a_stopped_full_run_goes_on_from_its_checkpoint_to_the_same_run(tiny_ful
     import nopelib.training.train as tr
     from nopelib.store import checkpoint
 
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as _one_full trains: a reduction's bits depend on threads
     whole = early_study.full_run("reversal", 0, "study", ("qk",))
     monkeypatch.setenv(checkpoint.SECONDS_ENV, "0")  # a checkpoint after every step
     real, calls = tr.train_step, {"n": 0}
@@ -251,15 +253,21 @@ def test_a_stopped_full_run_goes_on_from_its_checkpoint_to_the_same_run(tiny_ful
         m.setattr(tr, "train_step", stop_at_17)
         with pytest.raises(KeyboardInterrupt):
             early_study.full_run("reversal", 0, "study", ("qk",))
-    key = early_study.full_key("reversal", 0, TINY_FULL, ("qk",))
-    assert key != early_study.full_key("reversal", 0, TINY_FULL, ("embedding",))
+    key = early_study.full_key("reversal", 0, "study", ("qk",))
+    assert key != early_study.full_key("reversal", 0, "study", ("embedding",))
+    # another kernel set does not go on with this run's checkpoint
+    with monkeypatch.context() as m:
+        m.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "other")
+        assert key != early_study.full_key("reversal", 0, "study", ("qk",))
     folder = cache.resolve_cache_dir() / "checkpoints" / key
     assert folder.is_dir()
-    again = early_study.full_run("reversal", 0, "study", ("qk",))
-    assert again["resumed_at"] == [16] and not folder.exists()
+    again = early_study._one_full(("reversal", 0, "study", ("qk",)))
+    assert again["resumed_at"] == [16]
+    assert not folder.exists()  # in the results cache: its checkpoints are gone
     timings = {"resumed_at", "train_seconds", "curve_seconds"}
     assert ({k: v for k, v in again.items() if k not in timings}
             == {k: v for k, v in whole.items() if k not in timings})
+    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("argv, match", [
@@ -271,6 +279,39 @@ def test_a_full_run_that_is_not_one_is_a_usage_error(tiny_full, capsys, argv, ma
         early_study.main(["--tasks", "addition", *argv, "--out", str(tiny_full)])
     assert exit_.value.code == 2
     assert match in capsys.readouterr().err and not tiny_full.exists()
+
+
+@pytest.mark.parametrize("full, name", [(True, "early_study.json"),
+                                        (False, "early_full_study.json")])
+def test_a_full_study_and_a_window_study_never_write_each_other_s_file(
+        tiny_full, capsys, full, name):
+    out = tiny_full.with_name(name)
+    with pytest.raises(SystemExit) as exit_:
+        early_study.main([*(["--full"] if full else []), "--tasks", "addition",
+                          "--ablations", "qk", "--out", str(out)])
+    assert exit_.value.code == 2 and "must be named" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda run: run.pop("accuracy"), r"runs\[0\]\.accuracy is missing"),
+    (lambda run: run.update(n_test=7), r"runs\[0\]\.n_test"),
+    (lambda run: run.update(resumed_at=[10_000]), r"runs\[0\]\.resumed_at"),
+])
+def test_a_full_file_with_a_run_that_is_not_whole_is_refused(tiny_full, edit, match):
+    early_study.main(["--full", "--tasks", "addition", "--ablations", "qk", "--out",
+                      str(tiny_full)])
+    doc = json.loads(tiny_full.read_text())
+    edit(doc["runs"][0])
+    tiny_full.write_text(json.dumps(doc))
+    with pytest.raises(results.ResultsError, match=match):
+        results.load(tiny_full)
+    # a window study's file does not hold a full run's fields
+    doc = json.loads(tiny_full.read_text())
+    bad = tiny_full.with_name("early_window.json")
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(results.ResultsError, match="only an early_full_"):
+        results.load(bad)
 
 
 @pytest.mark.parametrize("accuracy, curve, layer1, reading", [
@@ -316,13 +357,21 @@ def test_the_full_table_reads_each_ablated_run_beside_the_unablated_run_of_its_s
 def test_the_kernel_table_sets_the_verdicts_of_two_kernel_sets_side_by_side(tiny_study):
     early_study.main(["--tasks", "addition", "--seeds", "0", "1", "2", "--ablations",
                       "none", "embedding", "--out", str(tiny_study)])
-    native = early_tables.frame(results.load(tiny_study))
+    runs = early_tables.frame(results.load(tiny_study))
+    # natively, the unablated runs fall and the ablated ones keep the pattern: "explains"
+    native = runs.assign(layer1=runs.layer1.where(runs.ablation != "none", 0.3)
+                         .where(runs.ablation == "none", 0.9))
     same = early_tables.kernel_agreement(native, native)
-    assert list(same.ablation) == ["embedding"] and same.agree.all()
-    # the other kernels' unablated runs never fall: a verdict that must differ
-    other = native.assign(layer1=native.layer1.where(native.ablation != "none", 0.9))
+    assert list(same.verdict) == ["explains"] and same.agree.all()
+    # under the other kernels the unablated runs never fall: a verdict that differs
+    other = native.assign(layer1=0.9)
     moved = early_tables.kernel_agreement(native, other)
-    assert moved.verdict_other.iloc[0] == "no collapse"
-    assert moved.agree.iloc[0] == (moved.verdict.iloc[0] == "no collapse")
-    # a task the other file lacks is not compared
-    assert early_tables.kernel_agreement(native, other[other.task != "addition"]).empty
+    assert list(moved.verdict_other) == ["no collapse"] and not moved.agree.any()
+    assert list(moved.lowest_unablated_other) == [0.9]
+    # pairs the other file lacks, or holds without its unablated runs or on other seeds,
+    # are left out, not read as disagreements
+    for part in (other[other.task != "addition"], other[other.ablation != "none"],
+                 other[~((other.ablation == "none") & (other.seed == 2))]):
+        assert early_tables.kernel_agreement(native, part).empty
+    fewer = early_tables.kernel_agreement(native, other[other.seed < 2])
+    assert list(fewer.seeds) == [2] and list(fewer.verdict) == ["cannot tell"]

@@ -62,7 +62,9 @@ from nopelib.core.tasks import TASKS, get_task, sample_inputs
 from nopelib.store.cache import resolve_cache_dir
 from nopelib.store.checkpoint import RunCheckpoints
 from nopelib.store.memo import is_cached, memo
+from nopelib.store.memo_key import call_key
 from nopelib.studies import results
+from nopelib.studies.result_schema import EARLY_FULL_PREFIX
 from nopelib.studies.one_model import random_model
 from nopelib.training.gate import training_time_problem
 from nopelib.training.profiles import PROFILES, get_profile
@@ -129,10 +131,23 @@ def early_run(task: str, seed: int, profile: str, frozen: tuple[str, ...]) -> di
             "curve": {k: list(v) for k, v in m["curve"].items()}}
 
 
-def full_key(task: str, seed: int, profile: TrainProfile, frozen: tuple[str, ...]) -> str:
-    """The checkpoint key of a ``full_run``: the study run's key with the parts held."""
-    payload = {"run": run_key(task, seed, profile, "cpu"), "frozen": list(frozen)}
+def full_key(task: str, seed: int, profile: str, frozen: tuple[str, ...]) -> str:
+    """The checkpoint key of a ``full_run``: the study run's key, the parts held, the call's
+    results-cache key (the code that measures its curve points) and the CPU kernels (a run
+    stopped under one kernel set does not go on under another)."""
+    from nopelib.studies import early_study  # the importable module's function, as _one's
+
+    payload = {"run": run_key(task, seed, get_profile(profile), "cpu"), "frozen": list(frozen),
+               "call": call_key(early_study.full_run, (task, seed, profile, frozen), {}),
+               "kernels": torch.backends.cpu.get_cpu_capability()}
     return hashlib.sha256(json.dumps(payload).encode()).hexdigest()[:32]
+
+
+def full_checkpoints(task: str, seed: int, profile: str,
+                     frozen: tuple[str, ...]) -> RunCheckpoints:
+    """Where a ``full_run`` keeps its checkpoints, in the cache's checkpoints folder."""
+    key = full_key(task, seed, profile, frozen)
+    return RunCheckpoints(resolve_cache_dir() / "checkpoints", key)
 
 
 def full_run(task: str, seed: int, profile: str, frozen: tuple[str, ...]) -> dict:
@@ -140,16 +155,15 @@ def full_run(task: str, seed: int, profile: str, frozen: tuple[str, ...]) -> dic
     CPU (the seed's study run but for the held parts), as ``early_run`` records one, with its
     exact match on the whole test split (``accuracy``, ``n_test``) and the steps where a
     stopped run went on (``resumed_at``). It checkpoints as it trains, so a stopped run goes
-    on from its last checkpoint when called again."""
+    on from its last checkpoint when called again (``_one_full`` removes them once the
+    result is in the results cache)."""
     prof = get_profile(profile)
     texts = sample_inputs(task, prof.n_trajectory, seed=TRAJECTORY_SEED)  # train()'s own
-    key = full_key(task, seed, prof, frozen)
-    checkpoints = RunCheckpoints(resolve_cache_dir() / "checkpoints", key)
+    checkpoints = full_checkpoints(task, seed, profile, frozen)
     cpu = torch.device("cpu")
     model, m = train(task, seed, prof, cpu, progress=False, checkpoints=checkpoints,
                      frozen=frozen, measure=block1_measure(texts, prof.model))
-    _, m = score(model, m, task, seed, prof, cpu, key)
-    checkpoints.clear()
+    _, m = score(model, m, task, seed, prof, cpu, checkpoints.key)
     return {"task": task, "seed": seed, "frozen": list(frozen), "steps": m["steps"],
             "accuracy": m["accuracy"], "n_test": m["n_test"],
             "resumed_at": m.get("resumed_at", []), "train_seconds": m["train_seconds"],
@@ -168,7 +182,12 @@ def _one(job: tuple[str, int, str, tuple[str, ...]], full: bool = False) -> dict
 
 
 def _one_full(job: tuple[str, int, str, tuple[str, ...]]) -> dict:
-    return _one(job, full=True)
+    from nopelib.studies import early_study
+
+    out = _one(job, full=True)
+    if is_cached(early_study.full_run, *job):  # kept until then: hours of training
+        full_checkpoints(*job).clear()
+    return out
 
 
 def run_study(profile: str, tasks: Sequence[str], seeds: Sequence[int],
@@ -328,14 +347,17 @@ def main(argv: list[str] | None = None) -> None:
         allowed="fewer tasks, seeds or ablations, more --workers")
     if slow is not None:
         parser.error(slow)
-    name = f"early_full_{args.profile}.json" if full else f"early_{args.profile}.json"
-    out = results.RESULTS_DIR / name if args.out is None else args.out
-    if not out.name.startswith("early_") or out.suffix != ".json":
-        parser.error(f"--out={str(out)!r}: the file must be named early_<name>.json")
+    prefix = EARLY_FULL_PREFIX if full else "early_"
+    out = results.RESULTS_DIR / f"{prefix}{args.profile}.json" if args.out is None else args.out
+    if (not out.name.startswith(prefix) or out.suffix != ".json"
+            or not full and out.name.startswith(EARLY_FULL_PREFIX)):
+        parser.error(f"--out={str(out)!r}: the file must be named {prefix}<name>.json"
+                     + ("" if full else f", not {EARLY_FULL_PREFIX}<name>.json (--full's)"))
     if not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
         parser.error(f"--out={str(out)!r}: {str(out.parent)!r} is not a writable folder")
     start = time.perf_counter()
-    steps, every = (prof.steps, prof.curve_every) if full else WINDOWS[args.profile]
+    steps, every = ((max(prof.for_task(t).steps for t in TASKS), prof.curve_every)
+                    if full else WINDOWS[args.profile])
     training = (prof if full else early_profile(prof, steps, every)).record()
     try:
         kept, kept_from = kept_runs(out, training, jobs(args.profile, args.tasks, seeds,

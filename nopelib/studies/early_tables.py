@@ -150,10 +150,24 @@ def answers(falls_table: pd.DataFrame, gaps: pd.DataFrame,
 
 def kernel_agreement(native: pd.DataFrame, other: pd.DataFrame) -> pd.DataFrame:
     """``causes`` of the same study trained under two CPU kernel sets (``frame``s of the
-    two files), per task and ablation that both hold on the same number of seeds: the lowest
-    scores and the verdict under each (``_other``), and whether the verdicts agree."""
-    both = causes(native).merge(causes(other), on=["task", "ablation", "seeds"],
-                                suffixes=("", "_other"))
+    two files), on the runs both hold, per task and ablation whose seeds there are those of
+    the task's unablated runs there: the lowest scores and the verdict under each
+    (``_other``), and whether the verdicts agree. A pair either file lacks, or holds on
+    other seeds, is left out rather than read as a disagreement."""
+    ids = ["task", "ablation", "seed"]
+    common = set(map(tuple, native[ids].values)) & set(map(tuple, other[ids].values))
+    seeds: dict[tuple, set] = {}
+    for task, name, seed in common:
+        seeds.setdefault((task, name), set()).add(seed)
+    paired = {(t, a) for (t, a), s in seeds.items()
+              if a != "none" and s == seeds.get((t, "none"))}
+    tasks = {t for t, _ in paired}
+    keep = [(t, a, s) for t, a, s in common if (t, a) in paired or a == "none" and t in tasks]
+    index = pd.MultiIndex.from_tuples(keep, names=ids) if keep else None
+    a, b = ((f.set_index(ids).loc[index].reset_index() if keep else f.iloc[:0])
+            for f in (native, other))
+    both = causes(a).merge(causes(b), on=["task", "ablation", "seeds"],
+                           suffixes=("", "_other"))
     both["agree"] = both.verdict == both.verdict_other
     return both[["task", "ablation", "seeds", "lowest_unablated", "lowest_unablated_other",
                  "lowest_ablated", "lowest_ablated_other", "verdict", "verdict_other",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 
 from nopelib.core.features import FEATURE_SETS
 from nopelib.core.model import GPTConfig
@@ -19,12 +20,12 @@ from nopelib.rules.claims import LEARNED_AT
 from nopelib.studies.result_checks import (bad_value, check_complete, check_distinct, check_fields,
                                            check_layers, check_same, check_series, known_profile,
                                            layer_rows, profile_record)
-from nopelib.studies.result_schema import (ACCURACIES, EARLY_CURVE, EARLY_FULL_RUN, EARLY_RUN,
-                                           EARLY_SHARES, EXTRA_RUN, GAP, LONG_RUN, LOSSES,
-                                           PRECISION_POLICY, PROVENANCE, REL_TOL, RUN,
-                                           ResultsError, Rule, SECONDS, SEED_FIELD, SHARE, STEPS,
-                                           int_rule, list_of, number_rule, object_rule, one_of,
-                                           rows_rule, text_rule)
+from nopelib.studies.result_schema import (ACCURACIES, EARLY_CURVE, EARLY_FULL_PREFIX,
+                                           EARLY_FULL_RUN, EARLY_RUN, EARLY_SHARES, EXTRA_RUN, GAP,
+                                           LONG_RUN, LOSSES, PRECISION_POLICY, PROVENANCE, REL_TOL,
+                                           RUN, ResultsError, Rule, SECONDS, SEED_FIELD, SHARE,
+                                           STEPS, int_rule, list_of, number_rule, object_rule,
+                                           one_of, rows_rule, text_rule)
 from nopelib.training.text_lm import TextProfile, lengths_for
 from nopelib.training.train_profile import PRECISIONS, TrainProfile
 
@@ -216,14 +217,24 @@ def check_early(name: str, doc: dict) -> None:
                      {k: PROVENANCE[k] for k in ("command", "commit", "date")})
     finite: Rule = (number_rule(), "a finite number")
     series = {k: ACCURACIES if k in EARLY_SHARES else finite for k in EARLY_CURVE[1:]}
+    # a run to the end of its budget (early_study --full) is scored on the whole test split
+    full = Path(name).name.startswith(EARLY_FULL_PREFIX)
+    n_test = min(prof.n_test, prof.n_eval)
     for i, run in enumerate(runs):
         where = f"{name}: runs[{i}]"
-        check_fields(where, run, EARLY_RUN, EARLY_FULL_RUN)
+        check_fields(where, run, {**EARLY_RUN, **(EARLY_FULL_RUN if full else {})})
+        extra = sorted(set(EARLY_FULL_RUN) & set(run))
+        if not full and extra:
+            raise ResultsError(f"{where} holds {extra}: the fields of a run to the end of its "
+                               f"budget, which only an {EARLY_FULL_PREFIX}* file holds")
+        if full and run["n_test"] != n_test:
+            raise bad_value(f"{where}.n_test", run["n_test"],
+                            f"{n_test}, the whole test split (provenance.training)")
         check_layers(f"{where}.scores_init", run["scores_init"], layers)
         if run["steps"] > prov["window"]:
             raise bad_value(f"{where}.steps", run["steps"],
                             f"at most the study's window (provenance.window = {prov['window']})")
-        if any(s > run["steps"] for s in run.get("resumed_at", [])):
+        if full and any(s > run["steps"] for s in run["resumed_at"]):
             raise bad_value(f"{where}.resumed_at", run["resumed_at"],
                             f"steps in [1, {run['steps']}]")
         check_series(f"{where}.curve", run["curve"], run["steps"],

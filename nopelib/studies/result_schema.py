@@ -239,18 +239,20 @@ EARLY_RUN: dict[str, Rule] = {
                and len(set(v)) == len(v), f"a list of distinct parts of {list(PARTS)}"),
     "steps": STEPS,
     "train_seconds": SECONDS,
+    "curve_seconds": SECONDS,
     "scores_init": _SCORES,
     "measure_init": (lambda v: isinstance(v, dict) and bool(v)
                      and all(number_rule()(x) for x in v.values()),
                      "an object of finite numbers"),
     "curve": object_rule("an object of lists, one value per curve point"),
 }
-# what a run to the end of its budget records besides (early_study --full)
+# what a run to the end of its budget records besides (early_study --full), in a file of its
+# own whose name starts with this
+EARLY_FULL_PREFIX = "early_full_"
 EARLY_FULL_RUN: dict[str, Rule] = {
     "accuracy": ACCURACIES,  # exact match on the whole test split
     "n_test": STEPS,
     "resumed_at": list_of(int_rule(1), "a list of steps >= 1"),
-    "curve_seconds": SECONDS,
 }
 # the curve fields every early run records, besides scores (one list per point)
 EARLY_CURVE = ("step", "accuracy", "lr", "rho", "value_common", "embedding_common", "entropy",
