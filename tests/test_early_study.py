@@ -375,3 +375,28 @@ def test_the_kernel_table_sets_the_verdicts_of_two_kernel_sets_side_by_side(tiny
         assert early_tables.kernel_agreement(native, part).empty
     fewer = early_tables.kernel_agreement(native, other[other.seed < 2])
     assert list(fewer.seeds) == [2] and list(fewer.verdict) == ["cannot tell"]
+    # a verdict the kernel sets differ on is withdrawn, and the answer says why
+    causes = early_tables.causes(native)
+    assert list(early_tables.with_kernels(causes, same).verdict) == ["explains"]
+    withdrawn = early_tables.with_kernels(causes, moved)
+    assert list(withdrawn.verdict) == ["cannot tell"] and list(withdrawn.kernels) == ["differ"]
+    assert list(early_tables.with_kernels(causes, moved.iloc[:0]).kernels) == ["one set"]
+    text = early_tables.answers(early_tables.falls(native), early_tables.agreement(native),
+                                withdrawn)["addition"]
+    assert text.endswith(f"cannot tell{early_tables.KERNELS_DIFFER}.")
+
+
+@pytest.mark.parametrize("verdicts, combined", [
+    (["explains", "explains"], "explains"),
+    (["does not explain", "cannot tell"], "cannot tell"),
+    (["no collapse", "explains"], "cannot tell"),
+    (["no collapse"], "no collapse"),
+])
+def test_a_verdict_stands_across_kernel_sets_only_where_they_agree(verdicts, combined):
+    assert beyond_claims.across_kernels(verdicts) == combined
+
+
+@pytest.mark.parametrize("verdicts", [[], ["holds"]])
+def test_across_kernels_refuses_what_is_no_verdict(verdicts):
+    with pytest.raises(ValueError, match="across_kernels"):
+        beyond_claims.across_kernels(verdicts)

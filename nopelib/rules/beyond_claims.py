@@ -137,6 +137,18 @@ def collapse_cause(base: Mapping[int, float], ablated: Mapping[int, float]) -> s
     return "cannot tell"
 
 
+def across_kernels(verdicts: Sequence[str]) -> str:
+    """One task and ablation's ``collapse_cause`` verdicts under several CPU kernel sets (the
+    same study rerun under each): the verdict when they all agree, "cannot tell" when they
+    differ, since the rule's margin is then inside the kernels' spread. Added after the AVX2
+    rerun of the 4 x 96 study, where one pair differed (indexing, embedding held): it can only
+    withdraw a verdict, never give one."""
+    if not verdicts or any(v not in CAUSE_VERDICTS for v in verdicts):
+        raise ValueError(f"across_kernels: verdicts={list(verdicts)!r}; allowed: a non-empty "
+                         f"list of {CAUSE_VERDICTS}")
+    return verdicts[0] if len(set(verdicts)) == 1 else "cannot tell"
+
+
 def largest_gap(steps: Sequence[int], predicted: Sequence[float],
                 measured: Sequence[float]) -> tuple[float, int]:
     """The theory's agreement along training: the largest |predicted - measured| over the

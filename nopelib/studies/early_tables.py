@@ -113,11 +113,14 @@ HELD = {"embedding": "the token embedding", "qk": "block 1's queries and keys",
         "attention": "the token embedding and all of block 1's attention"}
 
 
+KERNELS_DIFFER = " (withdrawn: the verdicts under the two CPU kernel sets differ)"
+
+
 def answers(falls_table: pd.DataFrame, gaps: pd.DataFrame,
             cause_table: pd.DataFrame) -> dict[str, str]:
-    """One plain sentence per task from ``falls``, ``agreement`` and ``causes``: when layer 1
-    fell, what had moved by then, how far the theory missed, what each ablation's rule
-    reads."""
+    """One plain sentence per task from ``falls``, ``agreement`` and ``causes`` (or
+    ``with_kernels``): when layer 1 fell, what had moved by then, how far the theory missed,
+    what each ablation's rule reads."""
     out = {}
     for task, f in falls_table.groupby("task"):
         fell = f.dropna(subset=["falls_at"])
@@ -143,6 +146,7 @@ def answers(falls_table: pd.DataFrame, gaps: pd.DataFrame,
                  f" left layer 1 at {r.lowest_ablated:.3f} or above (unablated "
                  f"{r.lowest_unablated:.3f}; block 1's attention residual without its MLP "
                  f"{r.lowest_ablated_without_mlp:.3f} or above): {r.verdict}"
+                 + (KERNELS_DIFFER if getattr(r, "kernels", "") == "differ" else "")
                  for r in cause_table[cause_table.task == task].itertuples()]
         out[task] = "; ".join([when, theory, *rules]) + "."
     return out
@@ -169,9 +173,25 @@ def kernel_agreement(native: pd.DataFrame, other: pd.DataFrame) -> pd.DataFrame:
     both = causes(a).merge(causes(b), on=["task", "ablation", "seeds"],
                            suffixes=("", "_other"))
     both["agree"] = both.verdict == both.verdict_other
+    both["verdict_both"] = [beyond_claims.across_kernels([a, b]) for a, b in
+                            zip(both.verdict, both.verdict_other)]
     return both[["task", "ablation", "seeds", "lowest_unablated", "lowest_unablated_other",
                  "lowest_ablated", "lowest_ablated_other", "verdict", "verdict_other",
-                 "agree"]]
+                 "agree", "verdict_both"]]
+
+
+def with_kernels(cause_table: pd.DataFrame, kernel_table: pd.DataFrame) -> pd.DataFrame:
+    """``causes`` with each verdict that ``kernel_agreement`` compared replaced by its
+    verdict under both kernel sets (``beyond_claims.across_kernels``), and a column
+    ``kernels`` that says which: "agree", "differ" or "one set" (not compared)."""
+    both = kernel_table.set_index(["task", "ablation"])
+    out = cause_table.copy()
+    keys = list(zip(out.task, out.ablation))
+    out["kernels"] = ["one set" if k not in both.index else
+                      "agree" if both.loc[k, "agree"] else "differ" for k in keys]
+    out["verdict"] = [both.loc[k, "verdict_both"] if k in both.index else v
+                      for k, v in zip(keys, out.verdict)]
+    return out
 
 
 def _full_row(task: str, seed: int, ablation: str, accuracy: float, steps: int,
