@@ -12,6 +12,7 @@ import torch
 
 from nopelib.core.cost import ALLOW_SLOW_ENV
 from nopelib.core.model import GPTConfig
+from nopelib.book import viz_trained
 from nopelib.rules import beyond_claims
 from nopelib.store import cache
 from nopelib.studies import early_study, early_tables, result_schema, results
@@ -352,6 +353,15 @@ def test_the_full_table_reads_each_ablated_run_beside_the_unablated_run_of_its_s
         assert row.reading == beyond_claims.full_reading(
             run["accuracy"], run["curve"]["step"], run["curve"]["accuracy"], layer1,
             run["steps"])
+    # the same runs point by point, initialisation first, and drawn one line per ablation
+    frame = early_tables.full_frame(doc, trained)
+    for name, run in (("none", plain), ("qk", doc["runs"][0])):
+        g = frame[frame.ablation == name]
+        assert list(g.step) == [0, *run["curve"]["step"]] and g.accuracy.isna().sum() == 1
+        assert list(g.layer1) == [run["scores_init"][1],
+                                  *(s[1] for s in run["curve"]["scores"])]
+    fig = viz_trained.full_curves(frame)
+    assert sorted({t.name for t in fig.data}) == ["none", "qk"] and len(fig.data) == 4
 
 
 def test_the_kernel_table_sets_the_verdicts_of_two_kernel_sets_side_by_side(tiny_study):

@@ -1,8 +1,9 @@
 """Plotly figures of trained models and of the position probes.
 
 Plotly figures of trained models and of the position probes: learning curves, the adjacency
-score per layer before and after training, its trajectory along training, and the probes'
-metrics and paired differences. The renderer and the shared colours are ``nopelib.book.viz``'s.
+score per layer before and after training, its trajectory along training, the early-dynamics
+study's curves (and its ablated runs trained to the end), and the probes' metrics and paired
+differences. The renderer and the shared colours are ``nopelib.book.viz``'s.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from nopelib.book.viz import DEFAULT_COLOURS, PROBE_COLORS
+from nopelib.core.tasks import TASKS
+from nopelib.rules.claims import KEEPS_AT, LEARNED_AT
 
 
 def probe_metrics(table: pd.DataFrame, title: str) -> go.Figure:
@@ -262,4 +265,33 @@ def predicted_against_measured(table: pd.DataFrame, measured: str, predicted: st
     fig.update_xaxes(title_text=measured, range=[lo, hi])
     fig.update_yaxes(title_text=predicted, range=[lo, hi])
     fig.update_layout(title=title, height=420)
+    return fig
+
+
+def full_curves(runs: pd.DataFrame, title: str = "") -> go.Figure:
+    """The ablated runs trained to the end of their budget beside the unablated run of the
+    same seed (``early_tables.full_frame``): one column per task, layer 1 against step above
+    and exact match on the curve's test examples below, one line per ablation."""
+    tasks = [t for t in TASKS if t in set(runs.task)]
+    fig = make_subplots(rows=2, cols=len(tasks), subplot_titles=tasks, shared_yaxes=True,
+                        vertical_spacing=0.08, horizontal_spacing=0.03)
+    names = list(dict.fromkeys(runs.ablation))
+    for col, task in enumerate(tasks, start=1):
+        for k, name in enumerate(names):
+            g = runs[(runs.task == task) & (runs.ablation == name)].sort_values("step")
+            if g.empty:
+                continue
+            line = dict(color=DEFAULT_COLOURS[k % len(DEFAULT_COLOURS)],
+                        dash="solid" if name == "none" else "dash")
+            for row, column in ((1, "layer1"), (2, "accuracy")):
+                fig.add_trace(go.Scatter(x=g.step, y=g[column], mode="lines", name=name,
+                                         legendgroup=name, line=line,
+                                         showlegend=col == 1 and row == 1), row=row, col=col)
+        # the reading's lines: the paper's layer-1 range, the learnedness line
+        fig.add_hline(y=KEEPS_AT, line_dash="dot", line_color="#555", row=1, col=col)
+        fig.add_hline(y=LEARNED_AT, line_dash="dot", line_color="#555", row=2, col=col)
+    fig.update_yaxes(title_text="layer-1 score", row=1, col=1)
+    fig.update_yaxes(title_text="exact match", range=[0, 1.02], row=2, col=1)
+    fig.update_xaxes(title_text="step", row=2)
+    fig.update_layout(title=title, height=560)
     return fig

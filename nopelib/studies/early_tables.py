@@ -206,6 +206,36 @@ def _full_row(task: str, seed: int, ablation: str, accuracy: float, steps: int,
                                                   layer1, steps)}
 
 
+def _full_runs(doc: dict, trained: Mapping[str, Sequence[dict]]) -> list[tuple]:
+    """(task, seed, ablation, accuracy, steps, curve steps, curve accuracy, initial scores,
+    scores per point) of every run of an ``--full`` file and of the unablated trained-study
+    run of each of its (task, seed)s that ``trained`` holds."""
+    out = [(r["task"], r["seed"], ablation_name(r["frozen"]), r["accuracy"], r["steps"],
+            r["curve"]["step"], r["curve"]["accuracy"], r["scores_init"], r["curve"]["scores"])
+           for r in doc["runs"]]
+    held = {(r["task"], r["seed"]) for r in doc["runs"]}
+    for task, runs in trained.items():
+        for r in runs:
+            if (task, r["seed"]) in held:
+                t = r["trajectory"]
+                out.append((task, r["seed"], "none", r["accuracy"], r["steps"], t["step"],
+                            t["accuracy"], r["scores_init"], t["scores"]))
+    names, tasks = list(ABLATIONS), list(TASKS)
+    return sorted(out, key=lambda r: (tasks.index(r[0]), names.index(r[2]), r[1]))
+
+
+def full_frame(doc: dict, trained: Mapping[str, Sequence[dict]]) -> pd.DataFrame:
+    """The runs ``full_table`` reads, one row per run and curve point (step 0, the
+    initialisation, included): task, seed, ablation, step, layer1, accuracy (NaN at 0)."""
+    rows = []
+    for task, seed, name, _, _, steps, accuracy, init, scores in _full_runs(doc, trained):
+        head = {"task": task, "seed": seed, "ablation": name}
+        rows.append({**head, "step": 0, "layer1": init[1], "accuracy": float("nan")})
+        rows += [{**head, "step": s, "layer1": row[1], "accuracy": a}
+                 for s, a, row in zip(steps, accuracy, scores, strict=True)]
+    return pd.DataFrame(rows)
+
+
 def full_table(doc: dict, trained: Mapping[str, Sequence[dict]]) -> pd.DataFrame:
     """``beyond_claims.full_reading`` of every run of an ``early_study --full`` file
     (``doc``) and, per task it holds, of the unablated run of each of its seeds in the
@@ -213,20 +243,5 @@ def full_table(doc: dict, trained: Mapping[str, Sequence[dict]]) -> pd.DataFrame
     steps trained, exact match on the whole test split, where the learning curve reached
     the learnedness line for good and the share of the run after it, layer 1's lowest and
     last score, and the reading. Rows by task, then ablation."""
-    rows = []
-    for run in doc["runs"]:
-        c = run["curve"]
-        rows.append(_full_row(run["task"], run["seed"], ablation_name(run["frozen"]),
-                              run["accuracy"], run["steps"], c["step"], c["accuracy"],
-                              run["scores_init"], c["scores"]))
-    held = {(r["task"], r["seed"]) for r in rows}
-    for task, runs in trained.items():
-        for run in runs:
-            if (task, run["seed"]) in held:
-                t = run["trajectory"]
-                rows.append(_full_row(task, run["seed"], "none", run["accuracy"],
-                                      run["steps"], t["step"], t["accuracy"],
-                                      run["scores_init"], t["scores"]))
-    names, tasks = list(ABLATIONS), list(TASKS)
-    rows.sort(key=lambda r: (tasks.index(r["task"]), names.index(r["ablation"]), r["seed"]))
+    rows = [_full_row(*run) for run in _full_runs(doc, trained)]
     return pd.DataFrame(rows)
