@@ -338,14 +338,18 @@ def test_the_full_table_reads_each_ablated_run_beside_the_unablated_run_of_its_s
                       str(tiny_full)])
     doc = results.load(tiny_full)
     plain = early_study.full_run("addition", 0, "study", ())  # the trained study's run
-    trained = {"addition": [{"seed": s, "accuracy": plain["accuracy"], "steps": plain["steps"],
-                             "scores_init": plain["scores_init"],
-                             "trajectory": {k: plain["curve"][k] for k in
-                                            ("step", "accuracy", "scores")}}
-                            for s in (0, 1)],  # seed 1 has no ablated run: left out
-               "reversal": []}
-    table = early_tables.full_table(doc, trained)
+    trained = {"addition": {
+        "provenance": {"cpu_capability": "AVX512"},
+        "runs": [{"seed": s, "accuracy": plain["accuracy"], "steps": plain["steps"],
+                  "scores_init": plain["scores_init"],
+                  "trajectory": {k: plain["curve"][k] for k in ("step", "accuracy",
+                                                                  "scores")}}
+                 for s in (0, 1)]},  # seed 1 has no ablated run: left out
+        "reversal": {"provenance": {}, "runs": []}}
+    table = early_tables.full_table([doc], trained)
     assert list(table.ablation) == ["none", "qk"] and list(table.seed) == [0, 0]
+    here = doc["provenance"]["cpu_capability"]
+    assert list(table.kernels) == ["AVX512", here]
     for row, run in zip(table.itertuples(), (plain, doc["runs"][0])):
         layer1 = [run["scores_init"][1], *(s[1] for s in run["curve"]["scores"])]
         assert row.lowest_layer1 == min(layer1) and row.last_layer1 == layer1[-1]
@@ -354,14 +358,35 @@ def test_the_full_table_reads_each_ablated_run_beside_the_unablated_run_of_its_s
             run["accuracy"], run["curve"]["step"], run["curve"]["accuracy"], layer1,
             run["steps"])
     # the same runs point by point, initialisation first, and drawn one line per ablation
-    frame = early_tables.full_frame(doc, trained)
+    frame = early_tables.full_frame([doc], trained)
     for name, run in (("none", plain), ("qk", doc["runs"][0])):
         g = frame[frame.ablation == name]
         assert list(g.step) == [0, *run["curve"]["step"]] and g.accuracy.isna().sum() == 1
         assert list(g.layer1) == [run["scores_init"][1],
                                   *(s[1] for s in run["curve"]["scores"])]
-    fig = viz_trained.full_curves(frame)
+    one = frame.assign(kernels="AVX2")  # one kernel set: the legend names the ablations
+    fig = viz_trained.full_curves(one)
     assert sorted({t.name for t in fig.data}) == ["none", "qk"] and len(fig.data) == 4
+    assert sum(t.showlegend for t in fig.data) == 2
+
+
+def test_the_full_table_keeps_a_run_of_each_kernel_set_apart():
+    """The same (task, seed, ablation) committed under two kernel sets is two rows, each
+    read on its own, and two lines in the figure, the legend naming the kernels."""
+    def run(first: float) -> dict:
+        return {"task": "reversal", "seed": 0, "frozen": ["embedding", "qk"],
+                "accuracy": 1.0, "steps": 40, "scores_init": [0.9, 0.85],
+                "curve": {"step": [10, 20, 30, 40], "accuracy": [0.2, 0.95, 0.99, 1.0],
+                          "scores": [[0.9, first], [0.9, 0.84], [0.9, 0.83], [0.9, 0.82]]}}
+    docs = [{"provenance": {"cpu_capability": k}, "runs": [run(v)]}
+            for k, v in (("AVX512", 0.81), ("AVX2", 0.5))]
+    table = early_tables.full_table(docs, {})
+    assert list(table.kernels) == ["AVX2", "AVX512"]  # sorted within the same run
+    assert list(table.lowest_layer1) == [0.5, 0.81]
+    assert table.reading.iloc[0] != table.reading.iloc[1]  # 0.5 loses what 0.81 keeps
+    fig = viz_trained.full_curves(early_tables.full_frame(docs, {}))
+    assert {t.name for t in fig.data} == {"both (AVX2)", "both (AVX512)"}
+    assert len(fig.data) == 4 and sum(t.showlegend for t in fig.data) == 2
 
 
 def test_the_kernel_table_sets_the_verdicts_of_two_kernel_sets_side_by_side(tiny_study):

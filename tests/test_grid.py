@@ -15,8 +15,8 @@ import torch
 from nopelib.book import viz
 from nopelib.core import metrics, tasks
 from nopelib.store import cache
-from nopelib.studies import analysis, grid, one_model, results
-from nopelib.training import profiles, runs as rc
+from nopelib.studies import grid, one_model, results
+from nopelib.training import profiles
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,6 @@ probabilities, the threshold reading, the frames and the committed file's schema
 import json
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from nopelib.core.model import GPTConfig

@@ -271,22 +271,28 @@ def predicted_against_measured(table: pd.DataFrame, measured: str, predicted: st
 def full_curves(runs: pd.DataFrame, title: str = "") -> go.Figure:
     """The ablated runs trained to the end of their budget beside the unablated run of the
     same seed (``early_tables.full_frame``): one column per task, layer 1 against step above
-    and exact match on the curve's test examples below, one line per ablation."""
+    and exact match on the curve's test examples below, one line per ablation (and per CPU
+    kernel set, named in the legend, where the frame holds runs of more than one)."""
     tasks = [t for t in TASKS if t in set(runs.task)]
     fig = make_subplots(rows=2, cols=len(tasks), subplot_titles=tasks, shared_yaxes=True,
                         vertical_spacing=0.08, horizontal_spacing=0.03)
-    names = list(dict.fromkeys(runs.ablation))
+    several = runs.kernels.nunique() > 1
+    lines = list(dict.fromkeys(zip(runs.ablation, runs.kernels)))
+    shown: set[str] = set()  # each line in the legend once, where it is first drawn
     for col, task in enumerate(tasks, start=1):
-        for k, name in enumerate(names):
-            g = runs[(runs.task == task) & (runs.ablation == name)].sort_values("step")
+        for k, (name, kernels) in enumerate(lines):
+            g = runs[(runs.task == task) & (runs.ablation == name)
+                     & (runs.kernels == kernels)].sort_values("step")
             if g.empty:
                 continue
+            label = f"{name} ({kernels})" if several else name
             line = dict(color=DEFAULT_COLOURS[k % len(DEFAULT_COLOURS)],
                         dash="solid" if name == "none" else "dash")
             for row, column in ((1, "layer1"), (2, "accuracy")):
-                fig.add_trace(go.Scatter(x=g.step, y=g[column], mode="lines", name=name,
-                                         legendgroup=name, line=line,
-                                         showlegend=col == 1 and row == 1), row=row, col=col)
+                fig.add_trace(go.Scatter(x=g.step, y=g[column], mode="lines", name=label,
+                                         legendgroup=label, line=line,
+                                         showlegend=label not in shown), row=row, col=col)
+                shown.add(label)
         # the reading's lines: the paper's layer-1 range, the learnedness line
         fig.add_hline(y=KEEPS_AT, line_dash="dot", line_color="#555", row=1, col=col)
         fig.add_hline(y=LEARNED_AT, line_dash="dot", line_color="#555", row=2, col=col)

@@ -4,8 +4,9 @@
 (task, seed, ablation); the early-dynamics chapter reads it through these tables, and judges
 each ablation by ``nopelib.rules.beyond_claims.collapse_cause``, the rule fixed before the
 study ran, under each CPU kernel set a file was trained on (``kernel_agreement``). The ablated
-runs trained to the end of their budget (``early_full_<profile>.json``) are read beside the
-trained study's unablated ones by ``beyond_claims.full_reading`` (``full_table``).
+runs trained to the end of their budget (``early_full_<profile>*.json``, one file per kernel
+set) are read beside the trained study's unablated ones by ``beyond_claims.full_reading``
+(``full_table``).
 """
 
 from __future__ import annotations
@@ -194,54 +195,62 @@ def with_kernels(cause_table: pd.DataFrame, kernel_table: pd.DataFrame) -> pd.Da
     return out
 
 
-def _full_row(task: str, seed: int, ablation: str, accuracy: float, steps: int,
-              curve_steps: list, curve_accuracy: list, scores_init: list,
+def _full_row(task: str, seed: int, ablation: str, kernels: str, accuracy: float,
+              steps: int, curve_steps: list, curve_accuracy: list, scores_init: list,
               scores: list) -> dict:
     layer1 = [scores_init[1], *(row[1] for row in scores)]
     plateau = past_plateau(curve_steps, curve_accuracy, steps)
-    return {"task": task, "seed": seed, "ablation": ablation, "steps": steps,
-            "accuracy": accuracy, "learned_from": plateau["learned_from"],
+    return {"task": task, "seed": seed, "ablation": ablation, "kernels": kernels,
+            "steps": steps, "accuracy": accuracy, "learned_from": plateau["learned_from"],
             "tail": plateau["tail"], "lowest_layer1": min(layer1), "last_layer1": layer1[-1],
             "reading": beyond_claims.full_reading(accuracy, curve_steps, curve_accuracy,
                                                   layer1, steps)}
 
 
-def _full_runs(doc: dict, trained: Mapping[str, Sequence[dict]]) -> list[tuple]:
-    """(task, seed, ablation, accuracy, steps, curve steps, curve accuracy, initial scores,
-    scores per point) of every run of an ``--full`` file and of the unablated trained-study
-    run of each of its (task, seed)s that ``trained`` holds."""
-    out = [(r["task"], r["seed"], ablation_name(r["frozen"]), r["accuracy"], r["steps"],
-            r["curve"]["step"], r["curve"]["accuracy"], r["scores_init"], r["curve"]["scores"])
-           for r in doc["runs"]]
-    held = {(r["task"], r["seed"]) for r in doc["runs"]}
-    for task, runs in trained.items():
-        for r in runs:
+def _kernels(doc: dict) -> str:
+    return doc["provenance"].get("cpu_capability", "not recorded")
+
+
+def _full_runs(docs: Sequence[dict], trained: Mapping[str, dict]) -> list[tuple]:
+    """(task, seed, ablation, kernels, accuracy, steps, curve steps, curve accuracy, initial
+    scores, scores per point) of every run of the ``--full`` files and of the unablated
+    trained-study run of each of their (task, seed)s that ``trained`` holds."""
+    out = [(r["task"], r["seed"], ablation_name(r["frozen"]), _kernels(doc), r["accuracy"],
+            r["steps"], r["curve"]["step"], r["curve"]["accuracy"], r["scores_init"],
+            r["curve"]["scores"]) for doc in docs for r in doc["runs"]]
+    held = {(r["task"], r["seed"]) for doc in docs for r in doc["runs"]}
+    for task, study in trained.items():
+        for r in study["runs"]:
             if (task, r["seed"]) in held:
                 t = r["trajectory"]
-                out.append((task, r["seed"], "none", r["accuracy"], r["steps"], t["step"],
-                            t["accuracy"], r["scores_init"], t["scores"]))
+                out.append((task, r["seed"], "none", _kernels(study), r["accuracy"],
+                            r["steps"], t["step"], t["accuracy"], r["scores_init"],
+                            t["scores"]))
     names, tasks = list(ABLATIONS), list(TASKS)
-    return sorted(out, key=lambda r: (tasks.index(r[0]), names.index(r[2]), r[1]))
+    return sorted(out, key=lambda r: (tasks.index(r[0]), names.index(r[2]), r[1], r[3]))
 
 
-def full_frame(doc: dict, trained: Mapping[str, Sequence[dict]]) -> pd.DataFrame:
+def full_frame(docs: Sequence[dict], trained: Mapping[str, dict]) -> pd.DataFrame:
     """The runs ``full_table`` reads, one row per run and curve point (step 0, the
-    initialisation, included): task, seed, ablation, step, layer1, accuracy (NaN at 0)."""
+    initialisation, included): task, seed, ablation, kernels, step, layer1, accuracy (NaN
+    at 0)."""
     rows = []
-    for task, seed, name, _, _, steps, accuracy, init, scores in _full_runs(doc, trained):
-        head = {"task": task, "seed": seed, "ablation": name}
+    for task, seed, name, kernels, _, _, steps, accuracy, init, scores in _full_runs(
+            docs, trained):
+        head = {"task": task, "seed": seed, "ablation": name, "kernels": kernels}
         rows.append({**head, "step": 0, "layer1": init[1], "accuracy": float("nan")})
         rows += [{**head, "step": s, "layer1": row[1], "accuracy": a}
                  for s, a, row in zip(steps, accuracy, scores, strict=True)]
     return pd.DataFrame(rows)
 
 
-def full_table(doc: dict, trained: Mapping[str, Sequence[dict]]) -> pd.DataFrame:
-    """``beyond_claims.full_reading`` of every run of an ``early_study --full`` file
-    (``doc``) and, per task it holds, of the unablated run of each of its seeds in the
-    committed trained study (``trained``: task -> that file's runs; ablation "none"):
-    steps trained, exact match on the whole test split, where the learning curve reached
-    the learnedness line for good and the share of the run after it, layer 1's lowest and
-    last score, and the reading. Rows by task, then ablation."""
-    rows = [_full_row(*run) for run in _full_runs(doc, trained)]
+def full_table(docs: Sequence[dict], trained: Mapping[str, dict]) -> pd.DataFrame:
+    """``beyond_claims.full_reading`` of every run of the ``early_study --full`` files
+    (``docs``, one per CPU kernel set they trained under) and, per task they hold, of the
+    unablated run of each of their seeds in the committed trained study (``trained``: task
+    -> that file; ablation "none"): the kernels, steps trained, exact match on the whole
+    test split, where the learning curve reached the learnedness line for good and the
+    share of the run after it, layer 1's lowest and last score, and the reading. Rows by
+    task, then ablation, seed and kernels."""
+    rows = [_full_row(*run) for run in _full_runs(docs, trained)]
     return pd.DataFrame(rows)
