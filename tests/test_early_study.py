@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import pandas as pd
 import pytest
 import torch
 
@@ -416,6 +417,12 @@ def test_the_kernel_table_sets_the_verdicts_of_two_kernel_sets_side_by_side(tiny
     withdrawn = early_tables.with_kernels(causes, moved)
     assert list(withdrawn.verdict) == ["cannot tell"] and list(withdrawn.kernels) == ["differ"]
     assert list(early_tables.with_kernels(causes, moved.iloc[:0]).kernels) == ["one set"]
+    # several reruns stacked: the verdict stands only where every one agrees with native
+    both = pd.concat([same, same])
+    assert list(early_tables.with_kernels(causes, both).kernels) == ["agree"]
+    for stacked in (pd.concat([same, moved]), pd.concat([moved, same])):
+        split = early_tables.with_kernels(causes, stacked)
+        assert list(split.verdict) == ["cannot tell"] and list(split.kernels) == ["differ"]
     text = early_tables.answers(early_tables.falls(native), early_tables.agreement(native),
                                 withdrawn)["addition"]
     assert text.endswith(f"cannot tell{early_tables.KERNELS_DIFFER}.")

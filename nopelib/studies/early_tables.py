@@ -183,14 +183,21 @@ def kernel_agreement(native: pd.DataFrame, other: pd.DataFrame) -> pd.DataFrame:
 
 def with_kernels(cause_table: pd.DataFrame, kernel_table: pd.DataFrame) -> pd.DataFrame:
     """``causes`` with each verdict that ``kernel_agreement`` compared replaced by its
-    verdict under both kernel sets (``beyond_claims.across_kernels``), and a column
-    ``kernels`` that says which: "agree", "differ" or "one set" (not compared)."""
-    both = kernel_table.set_index(["task", "ablation"])
+    verdict under every kernel set (``beyond_claims.across_kernels``), and a column
+    ``kernels`` that says which: "agree", "differ" or "one set" (not compared).
+    ``kernel_table`` may stack the tables of several reruns (one row per task, ablation and
+    rerun): a verdict stands only where the native one and every rerun's agree."""
+    others: dict[tuple, list[str]] = {}
+    native: dict[tuple, str] = {}
+    for r in kernel_table.itertuples():
+        native[(r.task, r.ablation)] = r.verdict
+        others.setdefault((r.task, r.ablation), []).append(r.verdict_other)
     out = cause_table.copy()
     keys = list(zip(out.task, out.ablation))
-    out["kernels"] = ["one set" if k not in both.index else
-                      "agree" if both.loc[k, "agree"] else "differ" for k in keys]
-    out["verdict"] = [both.loc[k, "verdict_both"] if k in both.index else v
+    verdicts = {k: [native[k], *others[k]] for k in others}
+    out["kernels"] = ["one set" if k not in verdicts else
+                      "agree" if len(set(verdicts[k])) == 1 else "differ" for k in keys]
+    out["verdict"] = [beyond_claims.across_kernels(verdicts[k]) if k in verdicts else v
                       for k, v in zip(keys, out.verdict)]
     return out
 
