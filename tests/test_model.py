@@ -31,6 +31,8 @@ def test_base_config_is_the_papers_model() -> None:
     per_block = (d * 3 * d + 3 * d) + (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d) + 4 * d
     assert n == L * per_block + V * d + 2 * d  # blocks, tied embedding/head, final LayerNorm
     assert 10.5e6 < n < 10.7e6  # "about 10.6 M parameters"
+    with torch.device("meta"):  # shapes only, nothing drawn: the same count
+        assert GPT(cfg).num_params() == n
     assert cfg.block_size >= 39  # the longest task sequence: reversal, 22 + 16 + 1
 
 

@@ -223,7 +223,8 @@ class GPT(nn.Module):
             if isinstance(module, HookPoint):
                 module.name = path.replace("transformer.h.", "blocks.")
                 self.hook_points[module.name] = module
-        self.reset_parameters()
+        if self.lm_head.weight.device.type != "meta":  # shapes only there: nothing to draw
+            self.reset_parameters()
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
