@@ -60,6 +60,19 @@ def test_study_tables_judge_learned_with_margin():
     assert acc.loc["ordering", "lowest"] == 0.6 and acc.loc["ordering", "majority"] == 0.1
 
 
+def test_the_run_table_shows_precision_wall_time_and_resumes_where_runs_record_them():
+    assert "precision" not in committed.study_table(_docs()).columns  # older files
+    docs = _docs()
+    docs["reversal"]["runs"][0].update(dtype_policy="autocast-bfloat16", wall_seconds=12.5,
+                                       resumed_at=[150, 300])
+    table = committed.study_table(docs).set_index(["task", "seed"])
+    assert list(table.columns[-3:]) == ["precision", "wall_s", "resumed_at"]
+    assert table.loc[("reversal", 0), "precision"] == "autocast-bfloat16"
+    assert table.loc[("reversal", 0), "wall_s"] == 12.5
+    assert table.loc[("reversal", 0), "resumed_at"] == [150, 300]
+    assert pd.isna(table.loc[("ordering", 1), "precision"])  # a run without the field
+
+
 def test_study_scores_read_the_learned_phase():
     before, after, phase = committed.study_scores(_docs(), ["reversal"])
     assert before["reversal"].shape == after["reversal"].shape == (2, 3)

@@ -60,20 +60,32 @@ def live_seconds(profile: str, tasks: Sequence[str]) -> float | None:
     return max(times) if times else None
 
 
+# study_table's columns for the run fields written since the paper model's study, and the
+# run record field each reads (older files lack them: the columns are left out)
+LATER_COLUMNS = {"precision": "dtype_policy", "wall_s": "wall_seconds",
+                 "resumed_at": "resumed_at"}
+
+
 def study_table(docs: Mapping[str, Mapping]) -> pd.DataFrame:
     """One row per committed run: task, seed, exact match on the whole test split, its size,
     the steps trained, the step where the validation split reached the profile's level
     (``decay_from``), where the learning curve reached the learnedness line for good
     (``learned_from``), the share of the run after it (``tail``), whether that is the claim
-    rule's margin (``with_margin``), and the training seconds."""
+    rule's margin (``with_margin``), and the training seconds. Where a run records them (the
+    studies written since the paper model's), also its precision (``dtype_policy``), its wall
+    seconds (training, curve points and the test) and the steps it resumed at from a
+    checkpoint: columns ``precision``, ``wall_s`` and ``resumed_at``."""
+    runs = [r for doc in docs.values() for r in doc["runs"]]
     rows = [dict(task=r["task"], seed=r["seed"], accuracy=r["accuracy"], n_test=r["n_test"],
                  steps=r["steps"], decay_from=r["decay_from"], learned_from=r["learned_from"],
                  tail=r["tail"], with_margin=r["tail"] >= claims.PLATEAU_TAIL,
-                 train_s=r["train_seconds"])
-            for doc in docs.values() for r in doc["runs"]]
+                 train_s=r["train_seconds"],
+                 **{column: r.get(field) for column, field in LATER_COLUMNS.items()})
+            for r in runs]
+    later = [c for c, field in LATER_COLUMNS.items() if any(field in r for r in runs)]
     return pd.DataFrame(rows, columns=["task", "seed", "accuracy", "n_test", "steps",
                                        "decay_from", "learned_from", "tail", "with_margin",
-                                       "train_s"])
+                                       "train_s", *later])
 
 
 def study_accuracy(table: pd.DataFrame, n_test: int,
