@@ -385,6 +385,12 @@ def test_the_full_table_keeps_a_run_of_each_kernel_set_apart():
     assert list(table.kernels) == ["AVX2", "AVX512"]  # sorted within the same run
     assert list(table.lowest_layer1) == [0.5, 0.81]
     assert table.reading.iloc[0] != table.reading.iloc[1]  # 0.5 loses what 0.81 keeps
+    assert early_tables.kernel_splits(table) == (1, 1)  # one run twice, two readings
+    assert early_tables.kernel_splits(table.iloc[:1]) == (0, 0)  # once: nothing to split
+    assert early_tables.kernel_splits(table.assign(reading="same")) == (1, 0)
+    todo = early_tables.untrained_full(table, ["reversal", "ordering"],
+                                       ["none", "both", "qk"])
+    assert todo == ["reversal qk", "ordering both", "ordering qk"]  # "none" is not asked
     fig = viz_trained.full_curves(early_tables.full_frame(docs, {}))
     assert {t.name for t in fig.data} == {"both (AVX2)", "both (AVX512)"}
     assert len(fig.data) == 4 and sum(t.showlegend for t in fig.data) == 2

@@ -261,3 +261,21 @@ def full_table(docs: Sequence[dict], trained: Mapping[str, dict]) -> pd.DataFram
     task, then ablation, seed and kernels."""
     rows = [_full_row(*run) for run in _full_runs(docs, trained)]
     return pd.DataFrame(rows)
+
+
+def kernel_splits(full: pd.DataFrame) -> tuple[int, int]:
+    """Of ``full_table``'s ablated runs, how many (task, seed, ablation) were trained under
+    more than one kernel set, and on how many of those the readings differ."""
+    ablated = full[full.ablation != "none"]
+    reads = ablated.groupby(["task", "seed", "ablation"]).reading
+    twice = reads.agg(["nunique", "size"]).query("size > 1")
+    return len(twice), int((twice["nunique"] > 1).sum())
+
+
+def untrained_full(full: pd.DataFrame, tasks: Sequence[str] = tuple(TASKS),
+                   ablations: Sequence[str] = ABLATIONS) -> list[str]:
+    """The (task, ablation) pairs, "task ablation", of which ``full_table`` holds no run
+    (the unablated "none" left out: it is the trained study's)."""
+    held = set(zip(full.task, full.ablation))
+    return [f"{t} {a}" for t in tasks for a in ablations
+            if a != "none" and (t, a) not in held]
