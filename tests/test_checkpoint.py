@@ -173,6 +173,29 @@ def test_train_many_goes_on_with_a_stopped_run(tmp_path, monkeypatch, uninterrup
     assert _finished(run, cache) == uninterrupted[SEED]
 
 
+def test_a_rerun_goes_on_with_the_runs_in_flight_before_it_starts_others(
+        tmp_path, monkeypatch, uninterrupted):
+    cache = tmp_path / "cache"
+    _stopped_run(monkeypatch, cache, 31)  # seed SEED in flight; seed 3 not begun
+    order = []
+
+    def pool(jobs, device, cache_dir, n_workers):  # the pool, one job after another
+        for job in jobs:
+            order.append(job.seed)
+            rc.train_or_load(job.task, job.seed, job.profile, device, cache_dir,
+                             progress=False)
+
+    monkeypatch.setattr(launch, "_train_in_pool", pool)
+    # the same cost, seed 3 listed first: only being in flight puts seed SEED ahead
+    done = launch.train_many([(TASK, 3), (TASK, SEED)], TINY, device="cpu",
+                             cache_dir=cache, workers=2)
+    assert order == [SEED, 3]
+    assert done[TASK, SEED].metrics["resumed_at"] == [28]
+    assert done[TASK, 3].metrics["resumed_at"] == []
+    for seed in (SEED, 3):
+        assert _finished(done[TASK, seed], cache) == uninterrupted[seed]
+
+
 def _flip_a_byte(path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF

@@ -4,8 +4,9 @@
 train, and every backend commits through ``runs.commit_run`` under the same keys:
 
 - ``local`` (the default): on the CPU, one spawned process per core (``workers``), each run on
-  one thread, the costliest first, so results equal training one by one; on an accelerator,
-  one run after another in this process.
+  one thread, the runs in flight first (a stopped call left checkpoints of them), then the
+  costliest first, so results equal training one by one; on an accelerator, one run after
+  another in this process.
 - ``ray``: one Ray task per run, on a Ray instance started for the call or on a cluster
   (``nopelib.training.distributed``).
 - ``batched``: the missing seeds of a task as one batched model on one device
@@ -38,6 +39,7 @@ from nopelib.core.devices import resolve_device
 from nopelib.core.model import GPT
 from nopelib.core.tasks import MAX_SEQ_LEN, TASKS, get_task
 from nopelib.store.cache import resolve_cache_dir
+from nopelib.store.checkpoint import RunCheckpoints
 from nopelib.training.profiles import get_profile
 from nopelib.training.run_entry import load_run
 from nopelib.training.runs import (Job, TrainedRun, find_missing, prepare_runs_dir, run_key,
@@ -128,6 +130,14 @@ def _warn_if_slow(missing: list[Job], n_workers: int) -> None:
                       "a GPU (device='cuda') or profile 'cpu' is faster", stacklevel=4)
 
 
+def in_flight_first(missing: list[Job], checkpoints: Path) -> list[Job]:
+    """``missing`` with the runs that have checkpoints under ``checkpoints`` (in flight when
+    a call was stopped) moved to the front, each group in its order: a study stopped and
+    rerun finishes the runs it began before it starts others, whatever their cost."""
+    flying = {job.key for job in missing if RunCheckpoints(checkpoints, job.key).saved()}
+    return sorted(missing, key=lambda job: job.key not in flying)  # stable
+
+
 def train_missing(
     jobs: list[tuple[str, int, TrainProfile]],
     device: str = "auto",
@@ -166,6 +176,7 @@ def train_missing(
                                   root)
     if not missing:
         return keyed
+    missing = in_flight_first(missing, root.parent / "checkpoints")
     n_workers = min(workers or os.cpu_count() or 1, len(missing))
     # a cache that cannot take the runs (and the checkpoints of those in flight at once)
     # fails before any training
