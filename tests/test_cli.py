@@ -21,12 +21,6 @@ from nopelib.core import params
 from nopelib.core.cost import ALLOW_SLOW_ENV
 from nopelib.studies import grid, long_context, precision, recipe, trained_study
 from nopelib.tools import bench, bench_report, kernels
-from nopelib.training import launch
-from nopelib.training.profiles import PROFILES
-
-# the CPU estimate builds a model on torch's meta device, whose first use imports torch's
-# compiler (seconds, once per process): paid here, not inside a timed refusal
-launch.expected_cpu_seconds(PROFILES["cpu"])
 
 
 class Started(Exception):

@@ -7,8 +7,11 @@ from dataclasses import replace
 import pytest
 import torch
 
+from nopelib.core.cost import model_params
 from nopelib.core.model import GPT, GPTConfig, POS_ENCODINGS
 from nopelib.core.tasks import VOCAB
+from nopelib.studies.grid import GRIDS
+from nopelib.training.profiles import PROFILES
 
 SMALL = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=24)
 
@@ -35,6 +38,19 @@ def test_base_config_is_the_papers_model() -> None:
         assert GPT(cfg).num_params() == n
     assert cfg.block_size >= 39  # the longest task sequence: reversal, 22 + 16 + 1
 
+
+
+def test_the_count_from_shapes_is_the_models_own_count() -> None:
+    # every model the project prices: the profiles, the grids, and the controls' variants
+    configs = {p.model for p in PROFILES.values()}
+    configs |= {p.model for grid in GRIDS.values() for p in grid.profiles}
+    configs |= {replace(SMALL, pos_encoding=pe, bias=bias, block_size=block, vocab_size=vocab)
+                for pe in POS_ENCODINGS for bias in (True, False)
+                for block, vocab in ((24, 25), (57, 13))}
+    assert len(configs) > 20
+    for config in configs:
+        with torch.device("meta"):
+            assert model_params(config) == GPT(config).num_params(), config
 
 @pytest.mark.parametrize("pos_encoding", POS_ENCODINGS)
 def test_causality(pos_encoding: str) -> None:

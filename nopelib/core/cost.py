@@ -14,7 +14,10 @@ import os
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nopelib.core.model import GPTConfig
 
 ALLOW_SLOW_ENV = "NOPELIB_ALLOW_SLOW"
 SLOW_HOURS = 1.0  # CPU training expected to take longer than this needs the opt-in
@@ -32,6 +35,20 @@ def size_of(value: Any) -> float:
     if not is_real(value):
         raise TypeError(f"{value!r} is not a size")
     return value
+
+
+def model_params(config: GPTConfig) -> int:
+    """The parameter count of ``GPT(config)`` (the tied head counted once), from the config's
+    shapes alone: building the model, even on torch's meta device, runs every layer's
+    initialiser, and a refusal that prices a grid of nine models must answer within a second
+    (tests/test_model.py checks this count against the model's own)."""
+    d, bias = config.n_embd, int(config.bias)
+    linears = 3 * d * d + d * d + 4 * d * d + 4 * d * d  # q/k/v, attention out, MLP in and out
+    linear_biases = bias * (3 * d + d + 4 * d + d)
+    layer_norms = 2 * (d + bias * d)  # ln_1, ln_2: a weight and (with bias) a bias each
+    blocks = config.n_layer * (linears + linear_biases + layer_norms)
+    learned = config.block_size * d if config.pos_encoding == "learned" else 0
+    return config.vocab_size * d + learned + blocks + d + bias * d  # embeddings, ln_f
 
 
 def hours_text(hours: float) -> str:

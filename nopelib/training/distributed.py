@@ -28,6 +28,7 @@ from safetensors.torch import load_model, save_model
 from tqdm import tqdm
 
 import nopelib
+from nopelib.core.cost import model_params
 from nopelib.core.model import GPT, GPTConfig
 from nopelib.training.runs import (Job, commit_run, find_missing, prepare_runs_dir, run_key,
                                    run_write_bytes, train_and_score)
@@ -40,8 +41,7 @@ RAY_DEVICES = ("auto", "cpu", "cuda")
 def default_gpu_fraction(config: GPTConfig) -> float:
     """The share of one GPU a run of ``config`` asks for: a quarter up to 20 M parameters (the
     paper's base model is 10.6 M and launch-bound alone), a half up to 60 M, else a whole GPU."""
-    with torch.device("meta"):  # shapes only
-        n_params = GPT(config).num_params()
+    n_params = model_params(config)
     return 0.25 if n_params <= 20e6 else 0.5 if n_params <= 60e6 else 1.0
 
 

@@ -32,11 +32,10 @@ import warnings
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-import torch
 from tqdm import tqdm
 
+from nopelib.core.cost import model_params
 from nopelib.core.devices import resolve_device
-from nopelib.core.model import GPT
 from nopelib.core.tasks import MAX_SEQ_LEN, TASKS, get_task
 from nopelib.store.cache import resolve_cache_dir
 from nopelib.store.checkpoint import RunCheckpoints
@@ -56,8 +55,7 @@ def expected_cpu_seconds(profile: TrainProfile) -> float:
     """Rough seconds one run of ``profile`` trains on one CPU thread: 6 FLOPs per parameter
     and token (forward and backward), every row at the longest task's length, the steps
     averaged over the tasks (``task_budgets``)."""
-    with torch.device("meta"):  # shapes only: no memory, no initialisation cost
-        n_params = GPT(profile.model).num_params()
+    n_params = model_params(profile.model)
     rows = sum(profile.for_task(t).steps * profile.for_task(t).batch_size for t in TASKS)
     tokens = rows / len(TASKS) * MAX_SEQ_LEN
     return 6 * n_params * tokens / CPU_FLOPS_PER_RUN
