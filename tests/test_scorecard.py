@@ -124,10 +124,12 @@ WEAKEN = "4: later layers weaken it"
 READINGS = {reading: n for n, (claim, reading) in enumerate(claims.TRAINED_CLAIMS)}
 
 
-def _fake_study(monkeypatch, verdicts: dict[str, list[str]], studied=("paper_study", "study")):
+def _fake_study(monkeypatch, verdicts: dict[str, list[str]], studied=("paper_study", "study"),
+                held: dict[str, int] | None = None):
     """A committed study of the profiles in ``studied`` judged on addition and reversal,
     whose claim table gives each reading of claims.TRAINED_CLAIMS the per-task verdicts in
-    ``verdicts`` (default: holds on both)."""
+    ``verdicts`` (default: holds on both); ``held``: seeds in per task of the chapter's
+    tasks (default: all of them in for addition and reversal, none for the others)."""
     tasks = ["addition", "reversal"]
     rows = [dict(claim=claim, reading=reading, task=task, verdict=v, tests=1, n=5,
                  weakest_layer=4, mean=0.1, lo=0.05 if v == "holds" else -0.2,
@@ -140,7 +142,8 @@ def _fake_study(monkeypatch, verdicts: dict[str, list[str]], studied=("paper_stu
         ({t_: {"runs": []} for t_ in tasks}, []) if profile in studied else ({}, list(t))))
     monkeypatch.setattr(score_rows.committed, "stale_tasks", lambda profile, t: [])
     monkeypatch.setattr(score_rows.committed, "study_table", lambda docs: None)
-    monkeypatch.setattr(score_rows.committed, "study_accuracy", lambda table, n, **kw: None)
+    monkeypatch.setattr(score_rows.committed, "study_accuracy", lambda table, n, **kw: (
+        pd.DataFrame({"seeds": held or {t: kw["n_seeds"] for t in tasks}})))
     monkeypatch.setattr(score_rows.committed, "learned_and_judged", lambda acc: (tasks, tasks))
     monkeypatch.setattr(score_rows.committed, "trained_verdicts", lambda docs, acc: (None, table))
     return tasks
@@ -159,6 +162,34 @@ def test_each_reading_of_a_claim_is_its_own_row_with_its_own_verdict(monkeypatch
     groups = next(r["groups"] for r in rows if r["reading"] == below_init)
     assert set(groups.reading) == {below_init}
     assert list(groups.group) == ["addition (study)", "reversal (study)"]
+
+
+def test_a_task_still_training_keeps_a_claim_about_every_task_from_replicating(monkeypatch):
+    below_layer_1 = next(r for c, r in claims.TRAINED_CLAIMS if c == WEAKEN)
+    # addition and reversal judged; ordering has 2 of 5 seeds in, indexing none
+    held = {"addition": 5, "reversal": 5, "ordering": 2}
+    _fake_study(monkeypatch, {below_layer_1: ["fails", "holds"]}, held=held)
+    rows, info = scorecard.trained_rows("paper_study", ["addition", "reversal", "ordering",
+                                                        "indexing"])
+    assert info["in_flight"] == ["ordering (2 of 5 seeds in)", "indexing (0 of 5 seeds in)"]
+    verdicts = {r["reading"]: r["verdict"] for r in rows}
+    # holding on every judged task is not replicating while two tasks are out ...
+    assert {v for k, v in verdicts.items() if k != below_layer_1} == {"cannot tell"}
+    # ... and a reading that fails on a judged task says so, whatever the others will say
+    assert verdicts[below_layer_1] == "partly"
+    assert all(r["in_flight"] == 2 for r in rows)
+    assert "holds on 2 of 2; cannot tell yet on 2 more, still training: ordering (2 of 5 " \
+        "seeds in), indexing (0 of 5 seeds in)" in rows[0]["measured"]
+    card = pd.DataFrame(rows, columns=list(scorecard.COLUMNS))
+    counts = scorecard.summary(card)
+    assert counts["n_cannot_tell"] == counts["n_in_flight"] == len(rows) - 1
+    # all in: the same verdicts replicate, and nothing waits
+    _fake_study(monkeypatch, {below_layer_1: ["fails", "holds"]})
+    rows, info = scorecard.trained_rows("paper_study", ["addition", "reversal"])
+    assert info["in_flight"] == [] and {r["in_flight"] for r in rows} == {0}
+    assert sorted(r["verdict"] for r in rows) == ["partly"] + ["replicates"] * 4
+    assert scorecard.summary(pd.DataFrame(rows, columns=list(scorecard.COLUMNS)))[
+        "n_in_flight"] == 0
 
 
 def test_trained_rows_name_the_profiles_model_and_its_place_in_the_grid(monkeypatch):
@@ -238,7 +269,7 @@ def _card(verdicts: list[str]) -> pd.DataFrame:
     rows = [dict(ref=f"{i + 1}", claim=f"{i + 1}: claim <{i}>", reading="r & s",
                  model="4 layers × 96 wide", grid=scorecard.OUTSIDE, paper="σ <= 0.02",
                  measured="a < b", verdict=v, evidence="e & f",
-                 section='<a href="random_init.html#x">random init</a>')
+                 section='<a href="random_init.html#x">random init</a>', in_flight=0)
             for i, v in enumerate(verdicts)]
     rows.append(dict(rows[0], ref="beyond", claim="beyond: <i>x</i>", grid=scorecard.INSIDE))
     return pd.DataFrame(rows, columns=list(scorecard.COLUMNS))
@@ -314,7 +345,8 @@ def test_a_trained_study_in_flight_is_not_judged_on_the_scorecard(monkeypatch):
     monkeypatch.setattr(score_rows.committed, "load_study", lambda profile, tasks: (partial, []))
     rows = scorecard.trained_rows("study", ["reversal"])[0]
     assert rows and all(r["verdict"] == "untested" for r in rows)
-    assert "not every seed in yet" in rows[0]["measured"]
+    assert "no task judged yet; still training: reversal (2 of 5 seeds in)" in \
+        rows[0]["measured"]
 
 
 def test_text_rows_judge_the_initialisation_live_and_leave_the_trained_untested(monkeypatch):

@@ -137,6 +137,25 @@ def test_a_study_file_of_an_earlier_profile_is_stale_not_read(monkeypatch):
     assert committed.is_current(doc, "study") and not committed.is_current(old, "study")
 
 
+def test_a_study_in_flight_counts_its_seeds_per_task_but_not_a_stale_files(monkeypatch):
+    """seeds_in counts the distinct seeds of today's files (a stale file holds none of
+    today's); progress names the tasks with the same count together, in the tasks' order."""
+    today = json.loads(json.dumps(PROFILES["paper_study"].record()))
+    runs = [{"seed": s} for s in (0, 1, 3)]
+    files = {"reversal": {"provenance": {"training": today},
+                          "runs": [{"seed": s} for s in range(5)]},
+             "addition": {"provenance": {"training": today}, "runs": runs},
+             "ordering": {"provenance": {"training": {**today, "tail_share": 0.5}},
+                          "runs": runs}}
+    monkeypatch.setattr(committed, "_committed",
+                        lambda profile, tasks: {t: files[t] for t in tasks if t in files})
+    tasks = ["reversal", "addition", "ordering", "indexing"]
+    assert committed.seeds_in("paper_study", tasks) == {
+        "reversal": 5, "addition": 3, "ordering": 0, "indexing": 0}
+    assert committed.progress("paper_study", tasks) == (
+        "reversal 5 of 5 seeds; addition 3 of 5; ordering, indexing 0 of 5")
+
+
 def test_chapter_params_name_the_parameters_cell():
     """The rules and the trained chapter's parameters cell name the same parameters."""
     cells = json.loads((BOOK / "trained.ipynb").read_text())["cells"]

@@ -28,9 +28,10 @@ TRAINED_PROFILES = ("paper_study", "study")
 # the scorecard's words: claims.overall's over a reading's groups, and "untested"
 VERDICTS = ("replicates", "partly", "fails", "cannot tell", "untested")
 # one row per reading: ``ref`` is the claim's number with a letter per reading where several
-# readings share the number (the margins figure labels its groups with it)
+# readings share the number (the margins figure labels its groups with it); ``in_flight``
+# counts the row's groups whose study is still training (judged "cannot tell" until in)
 COLUMNS = ("ref", "claim", "reading", "model", "grid", "paper", "measured", "verdict",
-           "evidence", "section")
+           "evidence", "section", "in_flight")
 # one row per reading and group (task, configuration, layer) behind a scorecard row; its
 # ``claim`` is the row's ref and the claim's words ("2c: the pattern holds after training")
 GROUP_COLUMNS = ("claim", "group", "reading", "weakest_layer", "mean", "lo", "hi", "bound",
@@ -139,14 +140,18 @@ def link(page: str, anchor: str) -> str:
 
 
 def make_row(spec: tuple[str, str, str, str], reading: str, model: tuple[str, str],
-             table: pd.DataFrame | None, by: str, evidence: str, note: str = "") -> dict:
+             table: pd.DataFrame | None, by: str, evidence: str, note: str = "",
+             in_flight: Sequence[str] = ()) -> dict:
     """The scorecard row of one reading of a claim (``spec``: a PAPER_ROWS entry) on one
     ``model`` (``model_of``'s label and grid words) from the reading's ``claims.claim_table``
     rows (None or empty: untested, ``note`` as the measurement): its groups (``by``) combined
-    by ``claims.overall``, the weakest group's interval as the measurement."""
+    by ``claims.overall``, the weakest group's interval as the measurement. ``in_flight``
+    names the groups the claim covers whose study is still training ("addition (2 of 5
+    seeds in)"): each counts as "cannot tell" until it is in, so a claim about every task never
+    reads "replicates" on the tasks that happen to be in first."""
     claim, paper, page, anchor = spec
     row = dict(claim=claim, reading=reading, model=model[0], grid=model[1], paper=paper,
-               section=link(page, anchor))
+               section=link(page, anchor), in_flight=len(in_flight))
     if table is None or table.empty:
         return dict(row, measured=note or "not measured", verdict="untested",
                     evidence=evidence, groups=None)
@@ -160,19 +165,22 @@ def make_row(spec: tuple[str, str, str, str], reading: str, model: tuple[str, st
         ["rank", "margin"]).iloc[0]
     counts = per_group.value_counts()
     tally = ", ".join(f"{v} on {counts[v]}" for v in claims.VERDICTS if v in counts)
+    waiting = (f"; cannot tell yet on {len(in_flight)} more, still training: "
+               f"{', '.join(in_flight)}") if in_flight else ""
     side = ">" if worst["above"] else "<"
     where = str(worst[by])  # a probe's group names its layer already
     if "layer" not in where:
         where += f", layer {int(worst['weakest_layer'])}"
-    measured = (f"{tally} of {len(per_group)}; nearest to failing: {where}, "
+    measured = (f"{tally} of {len(per_group)}{waiting}; nearest to failing: {where}, "
                 f"{worst['mean']:.3f} [{worst['lo']:.3f}, "
                 f"{worst['hi']:.3f}] (the claim: {side} {worst['bound']:g})")
     evidence += (f"; {int(table['n'].min())} seeds, one-sided t bounds: holds at level "
                  f"{1 - worst['holds_level']:g} per test, fails Bonferroni over "
                  f"{int(worst['m'])} tests")
     groups = table.rename(columns={by: "group"})[list(GROUP_COLUMNS)]
-    return dict(row, measured=measured + note, verdict=claims.overall(per_group),
-                evidence=evidence, groups=groups)
+    verdict = claims.overall([*per_group, *["cannot tell"] * len(in_flight)])
+    return dict(row, measured=measured + note, verdict=verdict, evidence=evidence,
+                groups=groups)
 
 
 def init_rows(ev: Mapping[str, pd.DataFrame], p: Mapping[str, object]) -> list[dict]:
@@ -219,14 +227,17 @@ def _tag_groups(row: dict, profile: str) -> dict:
 def trained_rows(profile: str, tasks: Sequence[str]) -> tuple[list[dict], dict]:
     """The rows of results 2 (after training) and 4 from the committed study of ``profile``,
     one per reading of ``claims.TRAINED_CLAIMS``: judged on the tasks learned with margin,
-    "untested" where there is none or no study ("not yet trained"). Also returns what the
-    probe rows need: the profile, its model, the study's files, the judged tasks and the
-    note an untested row gives."""
+    "untested" where there is none or no study ("not yet trained"). A task whose seeds are
+    not all in yet (a study in flight) is named in the row and counts as "cannot tell" until
+    it is (``make_row``'s ``in_flight``). Also returns what the probe rows need: the profile,
+    its model, the study's files, the judged tasks, the tasks in flight and the note an
+    untested row gives."""
     prof = PROFILES[profile]
+    n_seeds = len(prof.seeds)
     model = model_of(prof.model, f", trained ({profile} profile)")
     docs, _ = committed.load_study(profile, tasks)
     evidence = f"committed study, {profile} profile, whole test split ({prof.n_test:,})"
-    info = dict(profile=profile, model=model, docs=docs, judged=[], note="")
+    info = dict(profile=profile, model=model, docs=docs, judged=[], in_flight=[], note="")
     if not docs:
         stale = committed.stale_tasks(profile, tasks)
         note = NOT_TRAINED if not stale else (
@@ -236,19 +247,24 @@ def trained_rows(profile: str, tasks: Sequence[str]) -> tuple[list[dict], dict]:
                          f"{profile} profile", note) for c, r in claims.TRAINED_CLAIMS], info
     # a study in flight holds fewer seeds than its profile: a task is judged at all of them
     acc = committed.study_accuracy(committed.study_table(docs), prof.n_test,
-                               n_seeds=len(prof.seeds))
+                                   n_seeds=n_seeds)
     _, judged = committed.learned_and_judged(acc)
-    left = [t for t in tasks if t not in judged]
-    note = (f"; not judged: {', '.join(left)} (not in the study, not every seed in yet, or "
-            "not learned with margin)") if left else ""
+    held = {t: int(acc.loc[t, "seeds"]) if t in acc.index else 0 for t in tasks}
+    in_flight = [f"{t} ({held[t]} of {n_seeds} seeds in)" for t in tasks
+                 if held[t] < n_seeds]
+    left = [t for t in tasks if t not in judged and held[t] >= n_seeds]
+    note = f"; not judged: {', '.join(left)} (not learned with margin)" if left else ""
     verdicts = committed.trained_verdicts(docs, acc)[1] if judged else None
-    info.update(judged=judged, note="no trained task learned with margin")
+    untested = (f"no task judged yet; still training: {', '.join(in_flight)}"
+                if in_flight else "no trained task learned with margin")
+    info.update(judged=judged, in_flight=in_flight, note=untested)
     rows = []
     for claim, reading in claims.TRAINED_CLAIMS:
         mine = None if verdicts is None else verdicts[(verdicts.claim == claim)
                                                       & (verdicts.reading == reading)]
         rows.append(_tag_groups(make_row(SPECS[claim], reading, model, mine, "task", evidence,
-                                         note if judged else info["note"] + note), profile))
+                                         note if judged else untested + note, in_flight),
+                                profile))
     return rows, info
 
 
@@ -281,12 +297,12 @@ def probe_rows(pp: Mapping[str, object], trained: Sequence[Mapping]) -> list[dic
         rows.append(_tag_groups(_probe_row(
             trained_spec, info["model"], comp, f"committed study's models, {info['profile']} "
             "profile, the model as the unit, format-subtracted (each layer minus the same "
-            "model's layer 0)"), info["profile"]))
+            "model's layer 0)", info["in_flight"]), info["profile"]))
     return rows
 
 
 def _probe_row(spec: tuple[str, str, str, str], model: tuple[str, str], comp: pd.DataFrame,
-               evidence: str) -> dict:
+               evidence: str, in_flight: Sequence[str] = ()) -> dict:
     """A probe comparison's row: one test per (group, layer) on the NRMSE difference (cosine
     minus variance; the claim says below 0), its verdict the layer's (both metrics)."""
     verdict = comp.verdict.map({"cosine": "holds", "variance": "fails"}).fillna("cannot tell")
@@ -296,4 +312,5 @@ def _probe_row(spec: tuple[str, str, str, str], model: tuple[str, str], comp: pd
         lo=comp["d_nrmse lo"], hi=comp["d_nrmse hi"], bound=0.0, above=False, n=comp["n"],
         m=comp["m"], holds_level=comp["holds_level"], fails_level=comp["fails_level"],
         verdict=verdict))
-    return make_row(spec, PROBE_READING, model, table, "group", evidence)
+    return make_row(spec, PROBE_READING, model, table, "group", evidence,
+                    in_flight=in_flight)

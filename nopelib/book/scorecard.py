@@ -16,7 +16,9 @@ of the token embedding) and says whether it lies inside the paper's grid (``in_p
 rows use the paper's base model (the grid row its grid, the sigma rows the initialisation
 study's configurations); the trained rows come from the committed study of each training
 profile asked for, the paper's model first (``TRAINED_PROFILES``): a profile with no committed
-study gives "untested" rows that say it is not yet trained.
+study gives "untested" rows that say it is not yet trained, and a study in flight counts each
+task whose seeds are not all in as "cannot tell" until they are (``summary``'s
+``n_in_flight``).
 
 Every verdict comes from the rules of ``nopelib.rules.claims`` (the ones the chapters use), applied
 to the chapters' own studies at the chapters' default parameters: each chapter's spec
@@ -110,11 +112,14 @@ def scorecard(profiles: str | Sequence[str] = TRAINED_PROFILES
 
 def summary(card: pd.DataFrame) -> dict[str, int]:
     """The scorecard's counts: rows for the paper's results by verdict (``n_<verdict>``, spaces
-    as underscores), all of them (``n_paper_rows``), its claims, those judged on a model outside
-    the paper's grid, and the rows beyond the paper."""
+    as underscores), those of the "cannot tell" rows that wait for a study still training
+    (``n_in_flight``), all of them (``n_paper_rows``), its claims, those judged on a model
+    outside the paper's grid, and the rows beyond the paper."""
     paper = card[~card.claim.str.startswith("beyond")]
     counts = {f"n_{v.replace(' ', '_')}": int((paper.verdict == v).sum()) for v in VERDICTS}
-    return {**counts, "n_paper_rows": len(paper), "n_claims": int(paper.claim.nunique()),
+    waiting = int(((paper.verdict == "cannot tell") & (paper.in_flight > 0)).sum())
+    return {**counts, "n_in_flight": waiting, "n_paper_rows": len(paper),
+            "n_claims": int(paper.claim.nunique()),
             "n_outside": int((paper.grid == OUTSIDE).sum()),
             "n_beyond_rows": len(card) - len(paper)}
 

@@ -193,7 +193,7 @@ def trajectory(runs: Sequence[Mapping], title: str = "") -> go.Figure:
                                      legendgroup=name, showlegend=False,
                                      line=dict(color=colour, width=1)),
                           row=2, col=layer + 1)
-    fig.add_hline(y=0.9, line_dash="dash", line_color="#2ca02c", row=1, col=1)
+    fig.add_hline(y=LEARNED_AT, line_dash="dash", line_color="#2ca02c", row=1, col=1)
     for layer in range(n_layers):
         fig.add_hline(y=0.5, line_dash="dot", line_color="#555", row=2, col=layer + 1)
     fig.update_yaxes(range=[-0.02, 1.02], row=1, col=1)

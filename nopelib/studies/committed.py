@@ -51,6 +51,25 @@ def stale_tasks(profile: str, tasks: Sequence[str]) -> list[str]:
     return [t for t, d in _committed(profile, tasks).items() if not is_current(d, profile)]
 
 
+def seeds_in(profile: str, tasks: Sequence[str]) -> dict[str, int]:
+    """Per task, how many seeds of ``profile``'s study are committed under today's profile
+    (0 without a file or with a stale one): a study in flight holds fewer than its profile."""
+    docs, _ = load_study(profile, tasks)
+    return {t: len({r["seed"] for r in docs[t]["runs"]}) if t in docs else 0 for t in tasks}
+
+
+def progress(profile: str, tasks: Sequence[str]) -> str:
+    """How far ``profile``'s committed study is, in words: "reversal 5 of 5 seeds; addition,
+    ordering 0 of 5", tasks with the same count named together (in ``tasks``' order), the
+    furthest first."""
+    held, n = seeds_in(profile, tasks), len(PROFILES[profile].seeds)
+    groups: dict[int, list[str]] = {}
+    for task, k in held.items():
+        groups.setdefault(k, []).append(task)
+    return "; ".join(f"{', '.join(ts)} {k} of {n}" + (" seeds" if i == 0 else "")
+                     for i, (k, ts) in enumerate(sorted(groups.items(), reverse=True)))
+
+
 def live_seconds(profile: str, tasks: Sequence[str]) -> float | None:
     """The longest training time (seconds, one thread) of the committed study's runs of
     ``tasks``: what a live run of them is expected to take; None without a committed study
