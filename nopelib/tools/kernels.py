@@ -22,7 +22,7 @@ it and asserts only that the live run learned. A difference is printed as such. 
 live runs twice, so it runs by hand, not in the default test run; ``--record`` also writes its
 outcome as a committed result, which the trained chapter shows:
 
-    python -m nopelib.tools.kernels --out /tmp/kernels --chapters trained \
+    python -m nopelib.tools.kernels --out /tmp/kernels --chapters trained probes \
         --record book/results/kernels_study.json
 """
 

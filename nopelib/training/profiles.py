@@ -122,21 +122,22 @@ PROFILES: dict[str, TrainProfile] = {
     ),
     # The trained-model study of the paper's model (nopelib.studies.trained_study --profile
     # paper_study). The model is the paper's base model unchanged (GPTConfig(): 6 layers x 384
-    # wide x 6 heads, init std 0.02 everywhere, no position encoding). The budget is the study
-    # profile's, rule for rule (batch 64 at lr 1e-3 held until 1,000 validation examples are
-    # at 0.97, a tail as long as the run so far, restarted when validation falls below 0.9 in
-    # it, capped at 60,000 steps; 5 seeds, every task judged), so that the two models are
-    # judged alike. 64 trajectory inputs: the issue asks for at least 64, and 128 costs twice
-    # the scoring time on this model. Curve points every 25 steps up to step 1,000, every 250
-    # after, because the pattern of this model moves early: on addition its layer-1 score
-    # fell from 0.732 to 0.456 within the first 250 steps (measured by a referee with the
-    # project's train). bf16 autocast on a CPU with bf16 units (float32 elsewhere, with a
-    # warning; the run key records which): a step took 0.72 s against 1.28 s in float32 on one
-    # thread of the AVX-512/AMX development VM (reversal, batch 64), and the check fixed before
-    # it ran (nopelib.studies.precision, book/results/precision_paper_study.json: reversal, seeds
-    # 0-2, the first 250 steps in both precisions) found the bf16 run of each seed no farther from
-    # its float32 run than two float32 seeds are from each other, for every layer's score and
-    # validation exact match: "no change".
+    # wide x 6 heads, nanoGPT's init: std 0.02, residual projections 0.02 / sqrt(2 x 6), no
+    # position encoding). The budget is the study profile's, rule for rule (batch 64 at lr 1e-3
+    # held until 1,000 validation examples are at 0.97, a tail as long as the run so far,
+    # restarted when validation falls below 0.9 in it, capped at 60,000 steps; 5 seeds, every
+    # task judged), so that the two models are judged alike. 64 trajectory inputs: the issue
+    # asks for at least 64, and 128 costs twice the scoring time on this model. Curve points
+    # every 25 steps up to step 1,000, every 250 after, because the pattern of this model moves
+    # early: on addition its layer-1 score fell from 0.732 to 0.456 within the first 250 steps
+    # (measured by a referee with the project's train). bf16 autocast on a CPU with bf16 units
+    # (float32 elsewhere, with a warning; the run key records which): a step took 0.72 s
+    # against 1.28 s in float32 on one thread of the AVX-512/AMX development VM (reversal,
+    # batch 64), and the check fixed before it ran (nopelib.studies.precision,
+    # book/results/precision_paper_study.json: reversal, seeds 0-2, the first 250 steps in both
+    # precisions) found the bf16 run of each seed no farther from its float32 run than two
+    # float32 seeds are from each other, for every layer's score and validation exact match:
+    # "no change".
     "paper_study": TrainProfile(
         name="paper_study",
         model=GPTConfig(),
