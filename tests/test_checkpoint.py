@@ -29,8 +29,9 @@ from nopelib.store import checkpoint as ck
 from nopelib.store.cache import CacheWarning, file_sha256
 from nopelib.training import launch, profiles, run_entry, runs as rc
 
-# 25 steps an epoch; with seed 2 and the validation stand-in below the level is reached at
-# step 12, lost in the tail and back at 24 and 48 (tail restarts), and the cap ends the run
+# 25 steps an epoch; with seed 2 and the validation stand-in below the level is reached, lost
+# in the tail and regained twice (tail restarts), and the cap ends the run (on the machines
+# tried: level at 12, restarts at 24 and 48; the test below checks the phases, not the steps)
 TINY = replace(
     profiles.PROFILES["cpu"], name="tiny-resume",
     model=GPTConfig(n_layer=2, n_head=2, n_embd=16), steps=60, batch_size=8, warmup_steps=3,
@@ -127,8 +128,16 @@ def uninterrupted(tmp_path_factory) -> dict[int, tuple[str, dict]]:
 
 
 def test_the_stand_in_exercises_the_budget_that_follows_progress(uninterrupted):
+    """The stop points below land in the phases they are there to test, whatever bits the
+    stand-in draws on this CPU: step 8 before the level, 28 after the first tail restart, 48
+    after the second; the cap ends the run."""
     _, m = uninterrupted[SEED]
-    assert m["decay_from"] == 12 and m["tail_restarts"] == [24, 48] and m["steps"] == 60
+    restarts = m["tail_restarts"]
+    assert len(restarts) >= 2, restarts
+    assert 8 < m["decay_from"] <= restarts[0] <= 28 < restarts[1] <= 48, (m["decay_from"],
+                                                                         restarts)
+    assert m["steps"] == TINY.steps
+    # dense points every 2 steps up to 10, then every 6: the profile's, not the run's
     assert m["curve"]["step"] == [2, 4, 6, 8, 10, 12, 18, 24, 30, 36, 42, 48, 54, 60]
     assert len(m["scores_init"]) == TINY.model.n_layer + 1
 

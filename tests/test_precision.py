@@ -6,6 +6,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from nopelib.core import devices
 from nopelib.core.devices import bf16_available, dtype_policy
 from nopelib.core.model import GPTConfig
 from nopelib.rules import bf16
@@ -82,13 +83,21 @@ def test_a_bf16_run_is_keyed_by_the_precision_that_ran(tmp_path, recwarn):
                    n_train=40, n_test=8, n_eval=8, eval_batch_size=8, log_every=2,
                    task_budgets=(), claim_tasks=(), curve_every=2, n_curve=8)
     bf = replace(tiny, precision="bfloat16")
-    expected = "autocast-bfloat16" if bf16_available() else "float32"
-    assert dtype_policy("cpu", "bfloat16") == expected
+    keys, policies = {}, {}
+    with pytest.MonkeyPatch.context() as m:  # a CPU with bf16 units, then one without
+        for units in (True, False):
+            m.setattr(devices, "bf16_available", lambda units=units: units)
+            policies[units] = dtype_policy("cpu", "bfloat16")
+            keys[units] = rc.run_key("addition", 0, bf, "cpu")
+            assert dtype_policy("cpu", "float32") == "float32"  # asked for float32: float32
+    assert policies == {True: "autocast-bfloat16", False: "float32"}
+    assert keys[True] != keys[False]  # the precision that runs is part of the key
     assert dtype_policy("cuda", "float32") == "autocast-bfloat16"  # CUDA always autocasts
+    # this CPU's own run: keyed and recorded by what it has
+    expected = policies[bf16_available()]
     run = rc.train_or_load("addition", 0, bf, device="cpu", cache_dir=tmp_path, progress=False)
     assert run.metrics["dtype_policy"] == expected
+    assert run.metrics["key"] == keys[bf16_available()]
     assert np.isfinite(run.metrics["final_loss"])
-    same_key = rc.run_key("addition", 0, bf, "cpu") == rc.run_key("addition", 0, tiny, "cpu")
-    assert same_key is False  # the precision field is part of the key either way
     if not bf16_available():  # the fall-back says so
         assert any("no bf16 units" in str(w.message) for w in recwarn)

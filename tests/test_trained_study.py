@@ -10,7 +10,7 @@ import pytest
 import nopelib.studies.trained_study as ts
 from nopelib.core.model import GPTConfig
 from nopelib.rules import claims
-from nopelib.studies import results
+from nopelib.studies import committed, results
 from nopelib.training import profiles, train_profile
 
 TINY = replace(
@@ -85,15 +85,33 @@ def test_bad_arguments_exit_before_any_training(argv, match, capsys):
 
 
 def test_the_committed_studies_are_valid_and_judged_by_the_fixed_rules():
-    # every committed study file: valid, its runs complete, and the claims can read it
-    for name, doc in results.load_all("trained").items():
+    """Every committed study file: each run's recorded plateau is the one the fixed rule
+    recomputes from its own curve, its learned phase has a score per layer, and a profile's
+    judged tasks get one verdict per reading of the trained claims."""
+    docs = results.load_all("trained")
+    assert docs, "no committed trained study"
+    by_profile: dict[str, tuple] = {}
+    for name, doc in docs.items():
         prof = train_profile.TrainProfile.from_record(doc["provenance"]["training"])
+        by_profile.setdefault(prof.name, (prof, {}))[1][doc["runs"][0]["task"]] = doc
         for run in doc["runs"]:
             t = run["trajectory"]
+            plateau = claims.past_plateau(t["step"], t["accuracy"], run["steps"])
+            assert plateau["learned_from"] == run["learned_from"], (name, run["seed"])
+            assert plateau["tail"] == pytest.approx(run["tail"], abs=1e-12), (name, run["seed"])
             if run["learned_from"] is not None:
                 phase = claims.learned_phase(t["step"], t["accuracy"], t["scores"],
                                              run["steps"])
-                assert len(phase) == prof.model.n_layer + 1, name
+                assert phase.shape == (prof.model.n_layer + 1,), name
+    for profile, (prof, study_docs) in by_profile.items():
+        acc = committed.study_accuracy(committed.study_table(study_docs), prof.n_test,
+                                       n_seeds=len(prof.seeds))
+        judged = committed.learned_and_judged(acc)[1]
+        if judged:
+            table = committed.trained_verdicts(study_docs, acc)[1]
+            assert len(table) == len(claims.TRAINED_CLAIMS) * len(judged), profile
+            assert set(table.task) == set(judged)
+            assert set(table.verdict) <= set(claims.VERDICTS)
 
 
 def test_a_study_in_flight_writes_the_seeds_it_has_and_grows_by_seed(tmp_path, monkeypatch):
