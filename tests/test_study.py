@@ -156,6 +156,17 @@ def test_a_study_in_flight_counts_its_seeds_per_task_but_not_a_stale_files(monke
         "reversal 5 of 5 seeds; addition 3 of 5; ordering, indexing 0 of 5")
 
 
+def test_starting_points_name_the_tasks_that_start_below_the_keeps_bound():
+    low, high = claims.KEEPS_AT - 0.05, claims.KEEPS_AT + 0.05
+    before = {"addition": np.array([[0.5, low - 0.02], [0.5, low + 0.02]]),
+              "reversal": np.array([[0.5, high], [0.5, high]])}
+    text = study.starting_points(before)
+    assert f"addition {low:.3f} (lowest seed {low - 0.02:.3f})" in text
+    assert "On addition the initialisation itself is below" in text
+    assert "reversal" not in text.split("On ")[1]
+    assert "Every task starts" in study.starting_points({"reversal": before["reversal"]})
+
+
 def test_chapter_params_name_the_parameters_cell():
     """The rules and the trained chapter's parameters cell name the same parameters."""
     cells = json.loads((BOOK / "trained.ipynb").read_text())["cells"]

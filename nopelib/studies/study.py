@@ -197,6 +197,26 @@ def verdict_summary(verdicts: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def starting_points(before: Mapping[str, np.ndarray]) -> str:
+    """Markdown: each task's layer-1 score at initialisation (``before``: per task, scores
+    [seeds, L+1] of the models the claims are judged on), mean over seeds and lowest seed,
+    and the tasks that start below the "keeps" bound (``claims.KEEPS_AT``), where "layer 1 at
+    least KEEPS_AT through the learned phase" can fail without training losing anything."""
+    start = {t: np.asarray(b, dtype=np.float64)[:, 1] for t, b in before.items()}
+    parts = [f"{t} {v.mean():.3f} (lowest seed {v.min():.3f})" for t, v in start.items()]
+    low = [t for t, v in start.items() if v.mean() < claims.KEEPS_AT]
+    text = f"Layer 1 at initialisation, mean over seeds: {'; '.join(parts)}. "
+    if not low:
+        return text + (f"Every task starts at or above the \"keeps\" bound "
+                       f"({claims.KEEPS_AT:g}).")
+    return text + (f"On {', '.join(low)} the initialisation itself is below the \"keeps\" "
+                   f"bound ({claims.KEEPS_AT:g}): there, \"layer 1 at least "
+                   f"{claims.KEEPS_AT:g} through the learned phase\" can fail without "
+                   "training losing a pattern the model had; the last-layer readings, "
+                   "measured against the same model's layer 1 and initialisation, do not "
+                   "depend on the bound.")
+
+
 # ---------------------------------------------------------------------------------------------
 # the committed trained-model study (nopelib.studies.trained_study)
 
