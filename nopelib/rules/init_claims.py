@@ -105,6 +105,11 @@ def chance_control(scores: pd.DataFrame, name: str = "bidirectional",
 
 
 FINDS_AT = 0.9  # a positive control's probe "finds position" when its R reaches this
+# a chance control's probe (layer 0, the bidirectional model) is "at chance" when |R| is
+# below this; a shuffled-target or pure-noise probe has "no skill" when its NRMSE is at
+# least this (at most 3 % better than predicting the mean position)
+CHANCE_R = 0.1
+NO_SKILL_NRMSE = 0.97
 POSITIVE_CONTROL = dict(pos_encoding="learned")  # GPTConfig override: see positive_control
 
 
