@@ -131,6 +131,8 @@ def _fake_study(monkeypatch, verdicts: dict[str, list[str]], studied=("paper_stu
     ``verdicts`` (default: holds on both); ``held``: seeds in per task of the chapter's
     tasks (default: all of them in for addition and reversal, none for the others)."""
     tasks = ["addition", "reversal"]
+    held = held or {t: len(PROFILES["study"].seeds) for t in tasks}
+    files = {t: {"runs": [{"seed": s} for s in range(k)]} for t, k in held.items() if k}
     rows = [dict(claim=claim, reading=reading, task=task, verdict=v, tests=1, n=5,
                  weakest_layer=4, mean=0.1, lo=0.05 if v == "holds" else -0.2,
                  hi=0.2 if v != "fails" else -0.05, bound=0.0, above=True, m=8,
@@ -139,11 +141,11 @@ def _fake_study(monkeypatch, verdicts: dict[str, list[str]], studied=("paper_stu
             for task, v in zip(tasks, verdicts.get(reading, ["holds", "holds"]))]
     table = pd.DataFrame(rows)
     monkeypatch.setattr(score_rows.committed, "load_study", lambda profile, t: (
-        ({t_: {"runs": []} for t_ in tasks}, []) if profile in studied else ({}, list(t))))
+        ({t_: files[t_] for t_ in t if t_ in files}, []) if profile in studied
+        else ({}, list(t))))
     monkeypatch.setattr(score_rows.committed, "stale_tasks", lambda profile, t: [])
     monkeypatch.setattr(score_rows.committed, "study_table", lambda docs: None)
-    monkeypatch.setattr(score_rows.committed, "study_accuracy", lambda table, n, **kw: (
-        pd.DataFrame({"seeds": held or {t: kw["n_seeds"] for t in tasks}})))
+    monkeypatch.setattr(score_rows.committed, "study_accuracy", lambda table, n, **kw: None)
     monkeypatch.setattr(score_rows.committed, "learned_and_judged", lambda acc: (tasks, tasks))
     monkeypatch.setattr(score_rows.committed, "trained_verdicts", lambda docs, acc: (None, table))
     return tasks

@@ -150,7 +150,7 @@ def test_a_study_in_flight_counts_its_seeds_per_task_but_not_a_stale_files(monke
     monkeypatch.setattr(committed, "_committed",
                         lambda profile, tasks: {t: files[t] for t in tasks if t in files})
     tasks = ["reversal", "addition", "ordering", "indexing"]
-    assert committed.seeds_in("paper_study", tasks) == {
+    assert committed.seeds_in(committed.load_study("paper_study", tasks)[0], tasks) == {
         "reversal": 5, "addition": 3, "ordering": 0, "indexing": 0}
     assert committed.progress("paper_study", tasks) == (
         "reversal 5 of 5 seeds; addition 3 of 5; ordering, indexing 0 of 5")

@@ -39,6 +39,7 @@ GROUP_COLUMNS = ("claim", "group", "reading", "weakest_layer", "mean", "lo", "hi
 
 PAPER_LAYERS = (6, 24)  # the paper's grid (PAPER.md): 6 to 24 layers ...
 PAPER_WIDTHS = (192, 768)  # ... x 192 to 768 wide, NoPE and causal
+PAPER_GRID = "{}–{} layers × {}–{} wide".format(*PAPER_LAYERS, *PAPER_WIDTHS)  # in words
 INSIDE, OUTSIDE, PARTLY = ("inside the paper's grid", "outside the paper's grid",
                            "partly inside the paper's grid")
 
@@ -249,7 +250,7 @@ def trained_rows(profile: str, tasks: Sequence[str]) -> tuple[list[dict], dict]:
     acc = committed.study_accuracy(committed.study_table(docs), prof.n_test,
                                    n_seeds=n_seeds)
     _, judged = committed.learned_and_judged(acc)
-    held = {t: int(acc.loc[t, "seeds"]) if t in acc.index else 0 for t in tasks}
+    held = committed.seeds_in(docs, tasks)
     in_flight = [f"{t} ({held[t]} of {n_seeds} seeds in)" for t in tasks
                  if held[t] < n_seeds]
     left = [t for t in tasks if t not in judged and held[t] >= n_seeds]

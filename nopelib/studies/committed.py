@@ -51,10 +51,9 @@ def stale_tasks(profile: str, tasks: Sequence[str]) -> list[str]:
     return [t for t, d in _committed(profile, tasks).items() if not is_current(d, profile)]
 
 
-def seeds_in(profile: str, tasks: Sequence[str]) -> dict[str, int]:
-    """Per task, how many seeds of ``profile``'s study are committed under today's profile
-    (0 without a file or with a stale one): a study in flight holds fewer than its profile."""
-    docs, _ = load_study(profile, tasks)
+def seeds_in(docs: Mapping[str, Mapping], tasks: Sequence[str]) -> dict[str, int]:
+    """Per task, how many seeds the committed files ``docs`` (``load_study``'s: today's
+    profile only) hold, 0 without a file: a study in flight holds fewer than its profile."""
     return {t: len({r["seed"] for r in docs[t]["runs"]}) if t in docs else 0 for t in tasks}
 
 
@@ -62,7 +61,8 @@ def progress(profile: str, tasks: Sequence[str]) -> str:
     """How far ``profile``'s committed study is, in words: "reversal 5 of 5 seeds; addition,
     ordering 0 of 5", tasks with the same count named together (in ``tasks``' order), the
     furthest first."""
-    held, n = seeds_in(profile, tasks), len(PROFILES[profile].seeds)
+    held = seeds_in(load_study(profile, tasks)[0], tasks)
+    n = len(PROFILES[profile].seeds)
     groups: dict[int, list[str]] = {}
     for task, k in held.items():
         groups.setdefault(k, []).append(task)
