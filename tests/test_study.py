@@ -108,6 +108,9 @@ def test_reproduction_is_a_prediction_interval_for_one_more_seed():
     assert "layer 0" not in text and "layer 2" not in text
     assert study.reproduction_summary("reversal", 0, live, inside, runs).endswith(
         "every layer inside the study's interval for one more seed.")
+    # a study still training may hold one run of the task: no interval, and it says why
+    with pytest.raises(ValueError, match="holds 1 run"):
+        study.reproduction({"curve": {"scores": [[0.602, mean, 0.798]]}}, runs[:1])
 
 
 def test_the_committed_study_loads_and_names_what_is_missing():
@@ -116,10 +119,30 @@ def test_the_committed_study_loads_and_names_what_is_missing():
     for task, doc in docs.items():
         assert {r["task"] for r in doc["runs"]} == {task}
         # the command as the file recorded it (files trained before the wings name the module
-        # without its wing)
-        trained = doc["provenance"].get("trained_by", doc["provenance"])
-        assert trained["command"].startswith("python -m nopelib.")
-        assert f"trained by `{trained['command']}`" in committed.study_provenance(doc)
+        # without its wing); files of this age record no run's origin, and say so
+        command = doc["provenance"]["command"]
+        assert command.startswith("python -m nopelib.")
+        where = committed.study_provenance(doc)
+        assert f"written by `{command}`" in where
+        assert "do not record each run's origin" in where
+
+
+def test_each_runs_origin_is_named_by_the_invocation_that_trained_it():
+    prov = dict(command="python -m nopelib.studies.trained_study --seeds 1 3", commit="c" * 40,
+                machine="vm", torch="2", wall_seconds=60.0, date="2026-12-04T10:00:00+00:00",
+                runs_from_cache=1, cpu_capability="AVX2")
+    by_a = dict(how="trained", finished="2026-12-03T01:00:00+00:00", command="A",
+                commit="a" * 40, machine="m1", cpu_capability="AVX512")
+    runs = [{**_record(0, 0.99, [0.9] * 4, [0.9] * 4), "origin": by_a},
+            {**_record(1, 0.99, [0.9] * 4, [0.9] * 4),
+             "origin": dict(how="run cache", finished="2026-12-04T09:00:00+00:00")},
+            {**_record(2, 0.99, [0.9] * 4, [0.9] * 4),
+             "origin": {**by_a, "finished": "2026-12-03T05:00:00+00:00"}}]
+    where = committed.study_provenance({"provenance": prov, "runs": runs})
+    assert where.startswith("written by `python -m nopelib.studies.trained_study --seeds 1 3`")
+    assert ("seeds 0, 2 trained by `A` at commit `aaaaaaaaaaaa` on m1 (CPU kernels AVX512), "
+            "finished 2026-12-03T01:00:00+00:00 to 2026-12-03T05:00:00+00:00") in where
+    assert "seed 1 read from the run cache" in where and "finished 2026-12-04T09" in where
 
 
 def test_a_study_file_of_an_earlier_profile_is_stale_not_read(monkeypatch):
@@ -292,13 +315,26 @@ def test_rules_comparison_shows_both_rule_sets_and_why_a_verdict_moved():
     assert (same["why it moved"] == "").all() and len(same) < len(both)
 
 
+def test_a_trajectory_names_and_colours_each_seed_even_when_it_is_alone():
+    from nopelib.book import viz_trained
+
+    one = viz_trained.trajectory([_record(1, 0.99, [0.9] * 4, [0.9] * 4)])
+    top = [t for t in one.data if t.showlegend is not False]
+    assert [t.name for t in top] == ["seed 1"] and top[0].showlegend  # shown, though alone
+    three = viz_trained.trajectory([_record(s, 0.99, [0.9] * 4, [0.9] * 4)
+                                    for s in (0, 1, 2)])
+    colour = {t.name: t.line.color for t in three.data}
+    assert colour["seed 1"] == top[0].line.color  # a seed's colour stays as others join
+    assert len(set(colour.values())) == 3
+
+
 def test_a_study_in_flight_is_not_judged_until_every_seed_is_in():
     docs = _docs()
     table = committed.study_table(docs)
     acc = committed.study_accuracy(table, PROFILES["study"].n_test, n_seeds=5)
     assert acc.loc["reversal", "seeds"] == 2 and not acc.loc["reversal", "complete"]
     learned, judged = committed.learned_and_judged(acc)
-    assert learned == ["reversal"] and judged == []  # learned by 2 of 5: not judged
+    assert learned == judged == []  # learned by 2 of 5 seeds: neither learned nor judged
     acc2 = committed.study_accuracy(table, PROFILES["study"].n_test, n_seeds=2)
     assert committed.learned_and_judged(acc2)[1] == ["reversal"]
 

@@ -50,7 +50,11 @@ def test_a_tiny_study_writes_a_valid_file_whose_trajectory_the_claims_read(tmp_p
     # a second study loads every run from the cache
     again, from_cache = ts.run_study(TINY, ["ordering"], [0, 1], device="cpu", workers=1,
                                         probe_fit_tokens=100)
-    assert from_cache == {"ordering": 2} and again == by_task
+    assert from_cache == {"ordering": 2}
+    for first, cached in zip(by_task["ordering"], again["ordering"]):
+        assert {**cached, "origin": None} == {**first, "origin": None}
+        assert first["origin"]["how"] == "trained" and cached["origin"] == {
+            "how": "run cache", "finished": first["origin"]["finished"]}
 
 
 def test_an_edited_trajectory_is_refused(tmp_path):
@@ -128,6 +132,10 @@ def test_a_study_in_flight_writes_the_seeds_it_has_and_grows_by_seed(tmp_path, m
     first = results.load(path)
     assert [r["seed"] for r in first["runs"]] == [1]
     run = first["runs"][0]
+    # the run names the invocation that trained it
+    assert run["origin"]["how"] == "trained" and "--seeds 1" in run["origin"]["command"]
+    assert run["origin"]["commit"] == first["provenance"]["commit"]
+    assert first["provenance"]["runs_kept"] == first["provenance"]["runs_from_cache"] == 0
     assert run["resumed_at"] == [] and run["wall_seconds"] >= run["train_seconds"]
     mats = run["matrices"]["layers"]  # [L+1, T, T] of the longest input
     assert len(mats) == TINY.model.n_layer + 1 and len(mats[0]) == len(run["matrices"]["text"])
@@ -137,9 +145,47 @@ def test_a_study_in_flight_writes_the_seeds_it_has_and_grows_by_seed(tmp_path, m
     grown = results.load(path)
     assert [r["seed"] for r in grown["runs"]] == [0, 1]
     assert grown["runs"][1] == first["runs"][0] and grown["provenance"]["seeds"] == [0, 1]
-    # a cached-only rewrite of every seed keeps both, from the cache
+    assert "--seeds 0" in grown["runs"][0]["origin"]["command"]
+    assert grown["provenance"]["runs_kept"] == 1
+    where = committed.study_provenance(grown)
+    assert where.count("trained by `") == 2 and "seed 1 trained by" in where
+    # a cached-only rewrite keeps both committed runs, each with the invocation that trained it
     ts.main([*argv, "--cached-only"])
-    assert [r["seed"] for r in results.load(path)["runs"]] == [0, 1]
+    again = results.load(path)
+    assert again["runs"] == grown["runs"] and again["provenance"]["runs_kept"] == 2
+    assert again["provenance"]["runs_from_cache"] == 0
+    # a file written from the cache alone says so: it trained none of its runs
+    path.unlink()
+    ts.main([*argv, "--cached-only"])
+    cached = results.load(path)
+    assert [r["origin"]["how"] for r in cached["runs"]] == ["run cache"] * 2
+    assert cached["provenance"]["runs_from_cache"] == 2
+    assert [r["origin"]["finished"] for r in cached["runs"]] == [
+        r["origin"]["finished"] for r in grown["runs"]]  # when each run finished training
+    where = committed.study_provenance(cached)
+    assert "trained by" not in where and "seeds 0, 1 read from the run cache" in where
+
+
+def test_a_runs_origin_and_the_files_counts_are_checked(tmp_path, monkeypatch):
+    monkeypatch.setitem(profiles.PROFILES, TINY.name, TINY)
+    by_task, _ = ts.run_study(TINY, ["reversal"], [0], device="cpu", workers=1,
+                              probe_fit_tokens=100)
+    prov = results.provenance("test", [], 0.0, profile=TINY.name, training=TINY.record(),
+                              runs_from_cache=0, runs_kept=0, cpu_capability="AVX2")
+    good = ts.stamp(by_task["reversal"], prov, ts.TRAINED_BY)
+    assert good[0]["origin"]["command"] == "test "  # as the study command's main() names it
+    assert good[0]["origin"]["cpu_capability"]  # where it trained, named by run_study
+    results.validate({"provenance": prov, "runs": good}, "trained", "stamped")
+    unnamed = [{**good[0], "origin": {**good[0]["origin"]}}]
+    del unnamed[0]["origin"]["commit"]  # trained, but at which commit?
+    with pytest.raises(results.ResultsError, match="origin.commit"):
+        results.validate({"provenance": prov, "runs": unnamed}, "trained", "unnamed")
+    odd = [{**good[0], "origin": {**good[0]["origin"], "how": "guessed"}}]
+    with pytest.raises(results.ResultsError, match="origin.how"):
+        results.validate({"provenance": prov, "runs": odd}, "trained", "odd")
+    with pytest.raises(results.ResultsError, match="runs_kept"):
+        results.validate({"provenance": {**prov, "runs_kept": 1, "runs_from_cache": 1},
+                          "runs": good}, "trained", "overcounted")
 
 
 def test_the_batched_study_command_writes_the_profiles_batched_twin(tmp_path, monkeypatch):
@@ -160,6 +206,9 @@ def test_the_batched_study_command_writes_the_profiles_batched_twin(tmp_path, mo
     for run in doc["runs"]:
         assert run["profile"] == TINY.batched().name
         assert run["trajectory"]["step"][-1] == run["steps"]
+    path.unlink()
     ts.main([*argv, "--cached-only"])  # the runs are in the cache under the twin's keys
     again = results.load(path)
-    assert again["runs"] == doc["runs"] and again["provenance"]["runs_from_cache"] == 2
+    assert again["provenance"]["runs_from_cache"] == 2
+    assert [{**r, "origin": None} for r in again["runs"]] == [
+        {**r, "origin": None} for r in doc["runs"]]

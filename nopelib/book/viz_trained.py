@@ -181,11 +181,14 @@ def trajectory(runs: Sequence[Mapping], title: str = "") -> go.Figure:
                                [{}] * n_layers], shared_yaxes="rows",
                         subplot_titles=["test exact match", *[f"layer {i}" for i in
                                                               range(n_layers)]])
-    for k, run in enumerate(runs):
+    for run in runs:
         t = run["trajectory"]
-        colour, name = DEFAULT_COLOURS[k % len(DEFAULT_COLOURS)], f"seed {run['seed']}"
+        # a seed keeps its colour as a study in flight grows, and its legend entry when alone
+        colour = DEFAULT_COLOURS[run["seed"] % len(DEFAULT_COLOURS)]
+        name = f"seed {run['seed']}"
         fig.add_trace(go.Scatter(x=t["step"], y=t["accuracy"], mode="lines", name=name,
-                                 legendgroup=name, line=dict(color=colour)), row=1, col=1)
+                                 legendgroup=name, showlegend=True, line=dict(color=colour)),
+                      row=1, col=1)
         scores = np.asarray([run["scores_init"], *t["scores"]])  # [points + 1, L+1]
         steps = [0, *t["step"]]
         for layer in range(n_layers):

@@ -130,11 +130,12 @@ def study_accuracy(table: pd.DataFrame, n_test: int,
 
 
 def learned_and_judged(acc: pd.DataFrame) -> tuple[list[str], list[str]]:
-    """From ``study_accuracy``'s table: the tasks learned by every seed, and those of them
-    learned with the margin rule's margin (the tasks the claims are judged on)."""
-    learned = [t for t in acc.index if acc.loc[t, "learned"]]
+    """From ``study_accuracy``'s table: the tasks learned by every seed of the profile (a
+    task still training is neither), and those of them learned with the margin rule's
+    margin (the tasks the claims are judged on)."""
     complete = acc["complete"] if "complete" in acc else pd.Series(True, index=acc.index)
-    return learned, [t for t in learned if acc.loc[t, "with margin"] and complete[t]]
+    learned = [t for t in acc.index if acc.loc[t, "learned"] and complete[t]]
+    return learned, [t for t in learned if acc.loc[t, "with margin"]]
 
 
 def trained_verdicts(docs: Mapping[str, Mapping], acc: pd.DataFrame,
@@ -193,14 +194,46 @@ def study_scores(docs: Mapping[str, Mapping], tasks: Sequence[str]) -> tuple[dic
 
 
 def study_provenance(doc: Mapping) -> str:
-    """Markdown: where a committed study file's numbers come from."""
-    p = doc["provenance"]
-    trained = p.get("trained_by", p)
-    return (f"trained by `{trained['command']}` at commit `{trained['commit'][:12]}` on "
-            f"{trained['machine']} (CPU kernels {trained.get('cpu_capability', '?')}, torch "
-            f"{trained['torch']}, {trained['wall_seconds'] / 60:.0f} min wall, "
-            f"{trained['date']}); file written at commit `{p['commit'][:12]}`, "
-            f"{p['runs_from_cache']} of {len(doc['runs'])} runs from the run cache")
+    """Markdown: where a committed study file's numbers come from: the invocation that wrote
+    it, then where its runs came from, from each run's ``origin``; a file written before
+    runs recorded one says what its writer did and where the other runs came from."""
+    p, runs = doc["provenance"], doc["runs"]
+    wrote = (f"written by `{p['command']}` at commit `{p['commit'][:12]}` on {p['machine']} "
+             f"(CPU kernels {p.get('cpu_capability', '?')}, torch {p['torch']}, "
+             f"{p['wall_seconds'] / 60:.0f} min wall, {p['date']})")
+    if all("origin" in r for r in runs):
+        return f"{wrote}; " + "; ".join(run_origins(runs))
+    return (f"{wrote}; of the seeds it ran (those its command names, else the profile's) it "
+            f"read {p['runs_from_cache']} from the run cache and trained the others; any "
+            "other run was kept from the committed file it grew (files of this age do not "
+            "record each run's origin)")
+
+
+def run_origins(runs: Sequence[Mapping]) -> list[str]:
+    """Where ``runs`` came from (their ``origin``), one phrase per invocation that trained
+    some and one for those read from the run cache, seeds named, each with the dates the
+    runs finished."""
+    groups: dict[tuple, list[Mapping]] = {}
+    for r in runs:
+        o = r["origin"]
+        by = (o.get("command"), o["commit"], o["machine"], o["cpu_capability"]) if (
+            o["how"] == "trained") else ()
+        groups.setdefault(by, []).append(r)
+    phrases = []
+    for by, group in groups.items():
+        seeds = ", ".join(str(r["seed"]) for r in group)
+        dates = sorted(r["origin"]["finished"] for r in group)
+        when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
+        label = f"seed{'s' if len(group) > 1 else ''} {seeds}"
+        if by:
+            command = f" by `{by[0]}`" if by[0] else ""  # a study command names itself
+            phrases.append(f"{label} trained{command} at commit `{by[1][:12]}` on {by[2]} "
+                           f"(CPU kernels {by[3]}), finished {when}")
+        else:
+            phrases.append(f"{label} read from the run cache (which keeps no command; the run "
+                           "key pins the training sources, torch and precision), finished "
+                           f"{when}")
+    return phrases
 
 
 def size_dependence(tables: Mapping[str, pd.DataFrame | None],

@@ -16,7 +16,9 @@ from nopelib.studies.result_checks import (bad_value, check_complete, check_dist
                                            check_layers, check_same, check_series, known_profile,
                                            layer_rows, profile_record, shown_value)
 from nopelib.studies.result_schema import (ACCURACIES, EXTRA_RUN, LOSSES, PROBES, PROBE_ROW,
-                                           PROVENANCE, REL_TOL, RUN, ResultsError, SEED_FIELD,
+                                           PROVENANCE, REL_TOL, RUN, RUN_ORIGIN,
+                                           RUN_ORIGIN_COMMAND, RUN_ORIGIN_TRAINED,
+                                           ResultsError, SEED_FIELD,
                                            TRAINED_PROVENANCE, TRAINED_PROVENANCE_OPTIONAL,
                                            TRAINED_RUN_LATER, int_rule, number_rule, text_rule)
 from nopelib.training.train_profile import RECIPE_ENCODINGS, TrainProfile
@@ -83,6 +85,11 @@ def _check_trained_run(where: str, run: Any, prof: TrainProfile) -> None:
         raise ResultsError(f"{where}.{missing} is missing (the run holds {later}, which the "
                            "study's writer writes with it)")
     check_fields(where, run, {k: TRAINED_RUN_LATER[k] for k in later})
+    if "origin" in run:  # written since the paper model's study grew over several sittings
+        check_fields(f"{where}.origin", run["origin"], RUN_ORIGIN)
+        if run["origin"]["how"] == "trained":
+            check_fields(f"{where}.origin", run["origin"], RUN_ORIGIN_TRAINED,
+                         RUN_ORIGIN_COMMAND)
     layers, steps, task = prof.model.n_layer + 1, run["steps"], run["task"]
     if run["profile"] != prof.name:
         raise bad_value(f"{where}.profile", run["profile"],
@@ -184,6 +191,10 @@ def _check_trained_provenance(name: str, prov: dict, runs: list[dict],
                      {"n_inputs": (int_rule(prof.n_trajectory, prof.n_trajectory),
                                     f"the profile's n_trajectory ({prof.n_trajectory})"),
                        "seed": SEED_FIELD})
+    if "runs_kept" in prov and prov["runs_kept"] + prov["runs_from_cache"] > len(runs):
+        raise bad_value(f"{where}.runs_kept", prov["runs_kept"],
+                        f"at most the {len(runs)} runs less the {prov['runs_from_cache']} "
+                        "read from the run cache")
     if "trained_by" in prov:
         check_fields(f"{where}.trained_by", prov["trained_by"], PROVENANCE,
                      {"cpu_capability": TRAINED_PROVENANCE_OPTIONAL["cpu_capability"]})

@@ -144,7 +144,18 @@ TRAINED_PROVENANCE_OPTIONAL: dict[str, Rule] = {
     "seeds": SEEDS_FIELD,
     "trajectory": object_rule("an object with n_inputs and seed"),
     "trained_by": object_rule("the provenance of the invocation that trained the runs"),
+    "runs_kept": (int_rule(0), "an integer >= 0"),
 }
+# where a trained run came from (trained_study.run_record's origin, named by stamp): trained
+# by the invocation that first wrote it, or read from the run cache, which keeps no command
+RUN_ORIGINS = ("trained", "run cache")
+RUN_ORIGIN: dict[str, Rule] = {"how": one_of(RUN_ORIGINS),
+                               "finished": (iso_date, "an ISO 8601 date")}
+RUN_ORIGIN_TRAINED: dict[str, Rule] = {
+    "commit": PROVENANCE["commit"], "machine": PROVENANCE["machine"],
+    "cpu_capability": (text_rule, "torch's CPU capability"),
+}
+RUN_ORIGIN_COMMAND: dict[str, Rule] = {"command": PROVENANCE["command"]}  # the study command's
 RUN: dict[str, Rule] = {
     "task": _TASK,
     "seed": SEED_FIELD,

@@ -227,6 +227,10 @@ def reproduction(live: Mapping[str, object], committed: Sequence[Mapping],
     task: its exact match and every layer's score after training beside the study's mean and
     the t prediction interval of one more seed (n - 1 degrees of freedom, Bonferroni over the
     layers), and whether it lies inside."""
+    if len(committed) < 2:
+        raise ValueError(f"reproduction: the committed study holds {len(committed)} run(s) "
+                         "of this task; an interval for one more seed needs 2 or more (a "
+                         "study still training: wait for its seeds)")
     studied = np.array([r["scores_after"] for r in committed])  # [seeds, L+1]
     live_scores = live["curve"]["scores"][-1]
     level = 1 - alpha / studied.shape[1]

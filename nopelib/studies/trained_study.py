@@ -20,12 +20,14 @@ paper's base model under the same budget rules). Every run goes through the run 
 study stopped by an interrupt, a kill or a shutdown resumes when the command is rerun: the
 runs it finished come from the cache, and each run it was training goes on from its last
 checkpoint (``nopelib.store.checkpoint``, one every 5 minutes of training), ending bit for bit as
-it would have without the stop (its metrics record where it resumed, ``resumed_at``). A
-rerun whose runs all come from the cache rewrites the files, keeping the provenance of the
-invocation that trained them (``trained_by``) beside its own. A file grows by seed and never
-shrinks: a committed run is kept over this invocation's run of its seed unless ``--replace
-SEED ...`` names the seed, and a kept run that this invocation would train under another run
-key (other training sources or device) is refused before any training.
+it would have without the stop (its metrics record where it resumed, ``resumed_at``). Each
+run records where it came from (``origin``): trained by the invocation that first wrote it
+(its command, commit, machine and CPU kernels) or read from the run cache, and when it
+finished; the file's provenance is the invocation that wrote it, with how many of its runs
+it read from the cache and how many it kept from the committed file. A file grows by seed
+and never shrinks: a committed run is kept over this invocation's run of its seed unless
+``--replace SEED ...`` names the seed, and a kept run that this invocation would train under
+another run key (other training sources or device) is refused before any training.
 
 On the CPU, training expected to take over an hour (each run as long as the longest committed
 run of its tasks, on one process per core) needs ``NOPELIB_ALLOW_SLOW=1``
@@ -103,6 +105,8 @@ def run_record(run: TrainedRun, probe_fit_tokens: int = PROBE_FIT_TOKENS) -> dic
     plateau = claims.past_plateau(curve["step"], curve["accuracy"], m["steps"])
     return {
         "task": m["task"], "seed": m["seed"], "profile": prof.name, "key": m["key"],
+        "origin": {"how": "run cache" if run.from_cache else "trained",
+                   "finished": m["date"]},  # where it trained: stamp
         "accuracy": m["accuracy"], "n_test": m["n_test"], "steps": m["steps"],
         "decay_from": m.get("decay_from"), "train_seconds": m["train_seconds"],
         "wall_seconds": m["train_seconds"] + m.get("curve_seconds", 0.0)
@@ -158,8 +162,10 @@ def run_study(profile: str | TrainProfile, tasks: Sequence[str], seeds: Sequence
     else:
         runs = train_many([(t, s) for t in tasks for s in seeds], prof, device=device,
                           workers=workers, backend=backend)
-    by_task = {task: [run_record(runs[task, s], probe_fit_tokens) for s in seeds
-                      if (task, s) in runs] for task in tasks}
+    here = {**results.provenance("", [], time.perf_counter()),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    by_task = {task: stamp([run_record(runs[task, s], probe_fit_tokens) for s in seeds
+                            if (task, s) in runs], here, TRAINED_ON) for task in tasks}
     by_task = {task: records for task, records in by_task.items() if records}
     cached = {task: sum(runs[task, s].from_cache for s in seeds if (task, s) in runs)
               for task in by_task}
@@ -188,18 +194,18 @@ def merged(path: Path, records: list[dict], training: dict,
                   key=lambda r: r["seed"])
 
 
-def trained_by(path: Path, records: list[dict], now: dict) -> dict:
-    """The provenance of the invocation that trained ``records``' runs: the one in ``path``
-    when that file holds the same runs (same cache keys), else this invocation's own."""
-    mine = {k: v for k, v in now.items() if k != "trained_by"}
-    if not path.is_file():
-        return mine
-    try:
-        old = results.load(path)
-    except results.ResultsError:
-        return mine
-    same = [r.get("key") for r in old["runs"]] == [r["key"] for r in records]
-    return old["provenance"].get("trained_by", old["provenance"]) if same else mine
+# what a run trained here records of where it trained (run_study), and of the command that
+# trained it (main): a run keeps them when a later invocation rewrites its file
+TRAINED_ON = ("commit", "machine", "cpu_capability")
+TRAINED_BY = ("command",)
+
+
+def stamp(records: list[dict], facts: dict, fields: Sequence[str]) -> list[dict]:
+    """``records`` with the runs trained here (``origin`` "trained") holding ``fields`` of
+    ``facts`` (a provenance: ``results.provenance`` and the CPU's kernels)."""
+    named = {k: facts[k] for k in fields}
+    return [{**r, "origin": {**r["origin"], **named}} if r["origin"]["how"] == "trained"
+            else r for r in records]
 
 
 def _committed_problems(folder: Path, names: Sequence[str], tasks: Sequence[str],
@@ -306,18 +312,19 @@ def main(argv: list[str] | None = None) -> None:
                                     args.probe_fit_tokens, args.cached_only, args.backend)
     for task, records in by_task.items():
         out = args.out_dir / f"trained_{prof.name}_{task}.json"
-        records = merged(out, records, training, args.replace)
-        doc = {
-            "provenance": results.provenance(
-                "python -m nopelib.studies.trained_study", argv, start, profile=prof.name,
-                training=prof.record(), tasks=list(args.tasks),
-                seeds=[r["seed"] for r in records],
-                runs_from_cache=from_cache[task],
-                cpu_capability=torch.backends.cpu.get_cpu_capability(),
-                trajectory={"n_inputs": prof.n_trajectory, "seed": TRAJECTORY_SEED}),
-            "runs": records,
-        }
-        doc["provenance"]["trained_by"] = trained_by(out, records, doc["provenance"])
+        kept = {r["seed"] for r in committed_runs(out, training)} - set(args.replace)
+        fresh = [r for r in records if r["seed"] not in kept]  # the runs this file takes
+        provenance = results.provenance(
+            "python -m nopelib.studies.trained_study", argv, start, profile=prof.name,
+            training=prof.record(), tasks=list(args.tasks),
+            seeds=sorted(kept | {r["seed"] for r in fresh}),
+            runs_from_cache=sum(r["origin"]["how"] == "run cache" for r in fresh),
+            runs_kept=len(kept),
+            cpu_capability=torch.backends.cpu.get_cpu_capability(),
+            trajectory={"n_inputs": prof.n_trajectory, "seed": TRAJECTORY_SEED})
+        doc = {"provenance": provenance,
+               "runs": merged(out, stamp(fresh, provenance, TRAINED_BY), training,
+                              args.replace)}
         results.write(out, doc, "trained")
         print(f"wrote {out}: {len(records)} runs, accuracy "
               + ", ".join(f"{r['accuracy']:.4f}" for r in records))
