@@ -183,15 +183,13 @@ def committed_runs(path: Path, training: dict) -> list[dict]:
 
 
 def merged(path: Path, records: list[dict], training: dict,
-           replace: Sequence[int] = ()) -> list[dict]:
-    """``records`` merged with the committed runs of the file at ``path``
-    (``committed_runs``): a study grows by seed and never shrinks, and a committed run is
-    kept over this invocation's run of its seed unless ``replace`` names the seed. Sorted by
-    seed."""
+           replace: Sequence[int] = ()) -> tuple[list[dict], list[dict]]:
+    """The committed runs of the file at ``path`` (``committed_runs``) that a study keeps,
+    and the ``records`` it adds: a study grows by seed and never shrinks, and a committed run
+    is kept over this invocation's run of its seed unless ``replace`` names the seed."""
     kept = [r for r in committed_runs(path, training) if r["seed"] not in replace]
     held = {r["seed"] for r in kept}
-    return sorted([*kept, *(r for r in records if r["seed"] not in held)],
-                  key=lambda r: r["seed"])
+    return kept, [r for r in records if r["seed"] not in held]
 
 
 # what a run trained here records of where it trained (run_study), and of the command that
@@ -312,19 +310,17 @@ def main(argv: list[str] | None = None) -> None:
                                     args.probe_fit_tokens, args.cached_only, args.backend)
     for task, records in by_task.items():
         out = args.out_dir / f"trained_{prof.name}_{task}.json"
-        kept = {r["seed"] for r in committed_runs(out, training)} - set(args.replace)
-        fresh = [r for r in records if r["seed"] not in kept]  # the runs this file takes
+        kept, fresh = merged(out, records, training, args.replace)
         provenance = results.provenance(
             "python -m nopelib.studies.trained_study", argv, start, profile=prof.name,
             training=prof.record(), tasks=list(args.tasks),
-            seeds=sorted(kept | {r["seed"] for r in fresh}),
+            seeds=sorted(r["seed"] for r in [*kept, *fresh]),
             runs_from_cache=sum(r["origin"]["how"] == "run cache" for r in fresh),
             runs_kept=len(kept),
             cpu_capability=torch.backends.cpu.get_cpu_capability(),
             trajectory={"n_inputs": prof.n_trajectory, "seed": TRAJECTORY_SEED})
-        doc = {"provenance": provenance,
-               "runs": merged(out, stamp(fresh, provenance, TRAINED_BY), training,
-                              args.replace)}
+        runs = [*kept, *stamp(fresh, provenance, TRAINED_BY)]
+        doc = {"provenance": provenance, "runs": sorted(runs, key=lambda r: r["seed"])}
         results.write(out, doc, "trained")
         print(f"wrote {out}: {len(records)} runs, accuracy "
               + ", ".join(f"{r['accuracy']:.4f}" for r in records))
