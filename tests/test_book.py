@@ -111,6 +111,10 @@ def test_the_introduction_opens_with_figure_1_and_the_scorecards_summary(open_pa
     total, replicate, partly, fail, cannot, waiting, untested = map(int, line.groups())
     assert replicate + partly + fail + cannot + untested == total, line.group(0)
     assert waiting <= cannot, line.group(0)
+    provisional = re.search(r"(\d+) of the failing and partly\s+replicating rows are "
+                            r"provisional", text)
+    assert provisional, "no count of provisional rows rendered"
+    assert int(provisional.group(1)) <= partly + fail, provisional.group(0)
 
 
 def test_every_citation_resolves_to_the_bibliography(open_page):

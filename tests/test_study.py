@@ -255,7 +255,8 @@ def test_verdict_summary():
     lines = study.verdict_summary(verdicts).splitlines()
     assert len(lines) == len(verdicts) + 2  # one per reading, a blank line, the count
     n_against = (verdicts.verdict == "fails").sum()
-    assert lines[-1].startswith(f"Against the paper: {n_against} of {len(verdicts)} readings")
+    assert lines[-1].startswith(f"Against the paper: {n_against} of {len(verdicts)} readings "
+                                "(on reversal)")
     exploratory = study.verdict_summary(verdicts.assign(standing="exploratory: none judged"))
     assert "(exploratory)" in exploratory.splitlines()[0]
     assert exploratory.splitlines()[-1].startswith("Exploratory, not a verdict")
@@ -339,6 +340,20 @@ def test_a_study_in_flight_is_not_judged_until_every_seed_is_in():
     assert committed.learned_and_judged(acc2)[1] == ["reversal"]
 
 
+def test_task_standing_says_why_a_task_is_or_is_not_judged():
+    acc = pd.DataFrame({"seeds": [5, 5, 5, 2], "learned": [True, True, False, True],
+                        "with margin": [True, False, False, True],
+                        "complete": [True, True, True, False]},
+                       index=["reversal", "ordering", "indexing", "addition"])
+    tasks = ["reversal", "ordering", "indexing", "addition", "copy"]
+    assert committed.task_standing(acc, tasks, 5, stale=["copy"]) == {
+        "reversal": "judged", "ordering": "not learned with margin",
+        "indexing": "not learned", "addition": "still training: 2 of 5 seeds in",
+        "copy": "stale: trained under an earlier profile"}
+    assert committed.task_standing(None, ["reversal"], 5) == {
+        "reversal": "still training: 0 of 5 seeds in"}
+
+
 def test_size_dependence_says_whether_a_verdict_moves_with_the_model():
     keys = [(c, r) for c, r in claims.TRAINED_CLAIMS]
     small = pd.DataFrame([dict(claim=c, reading=r, task="reversal", verdict="fails")
@@ -350,8 +365,24 @@ def test_size_dependence_says_whether_a_verdict_moves_with_the_model():
     assert rev.iloc[0] == "no: fails at every size"
     assert rev.iloc[1] == "yes: fails at 4 x 96, holds at 6 x 384"
     add = out[out.task == "addition"]["depends on size"]
-    assert add.str.startswith("cannot say yet: 4 x 96, 6 x 384 not judged").all()
+    assert (add == "cannot say: 4 x 96, 6 x 384 have no verdict on addition").all()
     untrained = committed.size_dependence({"4 x 96": small, "6 x 384": None}, ["reversal"])
     assert (untrained["6 x 384"] == "not judged").all()
+    # the reason a model has no verdict stands in its column: "yet" only while it trains
+    standing = {"6 x 384": {"reversal": "still training: 1 of 5 seeds in"},
+                "4 x 96": {"reversal": "judged"}}
+    waiting = committed.size_dependence({"4 x 96": small, "6 x 384": None}, ["reversal"],
+                                        standing)
+    assert (waiting["6 x 384"] == "still training: 1 of 5 seeds in").all()
+    assert (waiting["depends on size"] == "cannot say yet: 6 x 384 has no verdict on "
+            "reversal").all()
+    standing["6 x 384"]["reversal"] = "not learned with margin"
+    late = committed.size_dependence({"4 x 96": small, "6 x 384": None}, ["reversal"],
+                                     standing)
+    assert (late["depends on size"] == "cannot say: 6 x 384 has no verdict on reversal").all()
+    # an exploratory table (no task learned with margin) is no verdict to compare
+    guess = small.assign(standing="exploratory: no task meets the margin rule")
+    mixed = committed.size_dependence({"4 x 96": guess, "6 x 384": big}, ["reversal"])
+    assert (mixed["4 x 96"] == "not judged").all()
     with pytest.raises(ValueError, match="two models"):
         committed.size_dependence({"4 x 96": small}, ["reversal"])

@@ -29,7 +29,7 @@ TRAINED_PROFILES = ("paper_study", "study")
 VERDICTS = ("replicates", "partly", "fails", "cannot tell", "untested")
 # one row per reading: ``ref`` is the claim's number with a letter per reading where several
 # readings share the number (the margins figure labels its groups with it); ``in_flight``
-# counts the row's groups whose study is still training (judged "cannot tell" until in)
+# counts the row's tasks not in yet (still training or stale: "cannot tell" until in)
 COLUMNS = ("ref", "claim", "reading", "model", "grid", "paper", "measured", "verdict",
            "evidence", "section", "in_flight")
 # one row per reading and group (task, configuration, layer) behind a scorecard row; its
@@ -147,9 +147,10 @@ def make_row(spec: tuple[str, str, str, str], reading: str, model: tuple[str, st
     ``model`` (``model_of``'s label and grid words) from the reading's ``claims.claim_table``
     rows (None or empty: untested, ``note`` as the measurement): its groups (``by``) combined
     by ``claims.overall``, the weakest group's interval as the measurement. ``in_flight``
-    names the groups the claim covers whose study is still training ("addition (2 of 5
+    names the tasks the claim covers that are not in yet ("addition (still training: 2 of 5
     seeds in)"): each counts as "cannot tell" until it is in, so a claim about every task never
-    reads "replicates" on the tasks that happen to be in first."""
+    reads "replicates" on the tasks that happen to be in first; and a "fails" or "partly"
+    beside them is marked provisional, its correction growing with the tests to come."""
     claim, paper, page, anchor = spec
     row = dict(claim=claim, reading=reading, model=model[0], grid=model[1], paper=paper,
                section=link(page, anchor), in_flight=len(in_flight))
@@ -166,8 +167,8 @@ def make_row(spec: tuple[str, str, str, str], reading: str, model: tuple[str, st
         ["rank", "margin"]).iloc[0]
     counts = per_group.value_counts()
     tally = ", ".join(f"{v} on {counts[v]}" for v in claims.VERDICTS if v in counts)
-    waiting = (f"; cannot tell yet on {len(in_flight)} more, still training: "
-               f"{', '.join(in_flight)}") if in_flight else ""
+    more = f"{len(in_flight)} more task" + ("s" if len(in_flight) > 1 else "")
+    waiting = f"; cannot tell yet on {more}: {', '.join(in_flight)}" if in_flight else ""
     side = ">" if worst["above"] else "<"
     where = str(worst[by])  # a probe's group names its layer already
     if "layer" not in where:
@@ -180,6 +181,9 @@ def make_row(spec: tuple[str, str, str, str], reading: str, model: tuple[str, st
                  f"{int(worst['m'])} tests")
     groups = table.rename(columns={by: "group"})[list(GROUP_COLUMNS)]
     verdict = claims.overall([*per_group, *["cannot tell"] * len(in_flight)])
+    if in_flight and verdict in ("fails", "partly"):
+        measured += ("; provisional: the tasks to come add tests to the correction that "
+                     "\"fails\" passed")
     return dict(row, measured=measured + note, verdict=verdict, evidence=evidence,
                 groups=groups)
 
@@ -229,10 +233,10 @@ def trained_rows(profile: str, tasks: Sequence[str]) -> tuple[list[dict], dict]:
     """The rows of results 2 (after training) and 4 from the committed study of ``profile``,
     one per reading of ``claims.TRAINED_CLAIMS``: judged on the tasks learned with margin,
     "untested" where there is none or no study ("not yet trained"). A task whose seeds are
-    not all in yet (a study in flight) is named in the row and counts as "cannot tell" until
-    it is (``make_row``'s ``in_flight``). Also returns what the probe rows need: the profile,
-    its model, the study's files, the judged tasks, the tasks in flight and the note an
-    untested row gives."""
+    not all in yet (a study in flight), or whose file is stale, is named in the row and counts
+    as "cannot tell" until it is in (``make_row``'s ``in_flight``). Also returns what the
+    probe rows need: the profile, its model, the study's files, the judged tasks, the tasks
+    in flight and the note an untested row gives."""
     prof = PROFILES[profile]
     n_seeds = len(prof.seeds)
     model = model_of(prof.model, f", trained ({profile} profile)")
@@ -250,13 +254,16 @@ def trained_rows(profile: str, tasks: Sequence[str]) -> tuple[list[dict], dict]:
     acc = committed.study_accuracy(committed.study_table(docs), prof.n_test,
                                    n_seeds=n_seeds)
     _, judged = committed.learned_and_judged(acc)
-    held = committed.seeds_in(docs, tasks)
-    in_flight = [f"{t} ({held[t]} of {n_seeds} seeds in)" for t in tasks
-                 if held[t] < n_seeds]
-    left = [t for t in tasks if t not in judged and held[t] >= n_seeds]
-    note = f"; not judged: {', '.join(left)} (not learned with margin)" if left else ""
+    # a task still training, or stale, is "cannot tell" until it is in; one that is in but
+    # not learned with margin is not judged (the rule), and the note names it
+    standing = committed.task_standing(acc, tasks, n_seeds,
+                                       committed.stale_tasks(profile, tasks))
+    in_flight = [f"{t} ({why})" for t, why in standing.items()
+                 if why.startswith(("still training", "stale"))]
+    left = [f"{t} ({why})" for t, why in standing.items() if why.startswith("not learned")]
+    note = f"; not judged: {', '.join(left)}" if left else ""
     verdicts = committed.trained_verdicts(docs, acc)[1] if judged else None
-    untested = (f"no task judged yet; still training: {', '.join(in_flight)}"
+    untested = (f"no task judged yet: {', '.join(in_flight)}"
                 if in_flight else "no trained task learned with margin")
     info.update(judged=judged, in_flight=in_flight, note=untested)
     rows = []

@@ -32,9 +32,12 @@ class BookRenderer(MimetypeRenderer):
 
 
 def use_book_renderer() -> None:
-    """Make every figure that is shown render in the static book as well as in live front ends."""
+    """Make every figure that is shown render in the static book as well as in live front
+    ends, and every table show its cells in full: pandas cuts text at 50 characters, and the
+    tables' words (a reading, the reason a task is not judged) are what the reader needs."""
     pio.renderers["nopebook"] = BookRenderer()
     pio.renderers.default = "nopebook"
+    pd.set_option("display.max_colwidth", None)
 
 
 HEATMAP_SCALE = "Viridis"

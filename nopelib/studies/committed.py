@@ -138,6 +138,30 @@ def learned_and_judged(acc: pd.DataFrame) -> tuple[list[str], list[str]]:
     return learned, [t for t in learned if acc.loc[t, "with margin"]]
 
 
+def task_standing(acc: pd.DataFrame | None, tasks: Sequence[str], n_seeds: int,
+                  stale: Sequence[str] = ()) -> dict[str, str]:
+    """Per task, why the trained claims are or are not judged on it, from ``study_accuracy``'s
+    table (None: no committed file): "judged", "still training: k of n seeds in", "stale: trained
+    under an earlier profile" for a task of ``stale``, "not learned" or "not learned
+    with margin". Only a task still training can gain a verdict without a new profile."""
+    held = {} if acc is None else acc["seeds"].to_dict()
+    judged = [] if acc is None else learned_and_judged(acc)[1]
+    out = {}
+    for task in tasks:
+        k = int(held.get(task, 0))
+        if task in judged:
+            out[task] = "judged"
+        elif task in stale and k == 0:
+            out[task] = "stale: trained under an earlier profile"
+        elif k < n_seeds:
+            out[task] = f"still training: {k} of {n_seeds} seeds in"
+        elif not acc.loc[task, "learned"]:
+            out[task] = "not learned"
+        else:
+            out[task] = "not learned with margin"
+    return out
+
+
 def trained_verdicts(docs: Mapping[str, Mapping], acc: pd.DataFrame,
                      rules: str = claims.REVISED) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The trained-model claims (``claims.trained_claims`` under ``rules``) on the judged
@@ -236,30 +260,38 @@ def run_origins(runs: Sequence[Mapping]) -> list[str]:
     return phrases
 
 
-def size_dependence(tables: Mapping[str, pd.DataFrame | None],
-                    tasks: Sequence[str]) -> pd.DataFrame:
+def size_dependence(tables: Mapping[str, pd.DataFrame | None], tasks: Sequence[str],
+                    standing: Mapping[str, Mapping[str, str]] | None = None) -> pd.DataFrame:
     """Whether a trained claim's verdict depends on the model's size: ``tables`` maps a model's
     name to its claim table (``trained_verdicts``' second item, None when the model has no
-    judged task), the first name being the reference. One row per (claim, reading, task) with
-    each model's verdict ("not judged" where it has none) and one plain sentence."""
+    judged task), the first name being the reference; ``standing`` maps a name to
+    ``task_standing``'s reasons, which stand in a model's column where it has no verdict
+    ("not judged" without them). A table's exploratory rows are no verdict. One row per
+    (claim, reading, task) with each model's verdict and one plain sentence: "no" or "yes"
+    where every model has a verdict, "cannot say yet" while a model still trains on the
+    task, "cannot say" where one never will under its profile."""
     names = list(tables)
     if len(names) < 2:
         raise ValueError(f"size_dependence: two models or more, not {names}")
     keys = ["claim", "reading", "task"]
-    readings = [(c, r) for c, r in claims.TRAINED_CLAIMS]
     rows = []
-    for (claim, reading), task in ((cr, t) for cr in readings for t in tasks):
+    for (claim, reading), task in ((cr, t) for cr in claims.TRAINED_CLAIMS for t in tasks):
         row = dict(claim=claim, reading=reading, task=task)
         for name in names:
             table = tables[name]
+            if table is not None and "standing" in table:
+                table = table[table["standing"] == "verdict"]
             hit = (None if table is None else
                    table[(table[keys] == [claim, reading, task]).all(axis=1)])
-            row[name] = "not judged" if hit is None or hit.empty else hit.verdict.iloc[0]
+            why = (standing or {}).get(name, {}).get(task, "not judged")
+            row[name] = why if hit is None or hit.empty else hit.verdict.iloc[0]
         verdicts = [row[n] for n in names]
-        if "not judged" in verdicts:
-            missing = [n for n in names if row[n] == "not judged"]
-            row["depends on size"] = (f"cannot say yet: {', '.join(missing)} not judged on "
-                                      f"{task}")
+        missing = [n for n in names if row[n] not in claims.VERDICTS]
+        if missing:
+            lead = ("cannot say yet" if any(row[n].startswith("still training")
+                                            for n in missing) else "cannot say")
+            has = "has" if len(missing) == 1 else "have"
+            row["depends on size"] = f"{lead}: {', '.join(missing)} {has} no verdict on {task}"
         elif len(set(verdicts)) == 1:
             row["depends on size"] = f"no: {verdicts[0]} at every size"
         else:

@@ -178,7 +178,7 @@ def majority_shares(prof: TrainProfile, tasks: Sequence[str],
 def verdict_summary(verdicts: pd.DataFrame) -> str:
     """Markdown: one item per row of ``claims.claim_table`` (with a ``paper`` column, and a
     ``standing`` one when the table may be exploratory), the weakest test as evidence, and how
-    many readings go against the paper."""
+    many readings go against the paper, on which tasks."""
     exploratory = "standing" in verdicts and (verdicts["standing"] != "verdict").any()
     tag = " (exploratory)" if exploratory else ""
     lines = [f"- **{r['task']}**, {r['claim']} ({r['reading']}): **{r['verdict']}**{tag} "
@@ -190,7 +190,8 @@ def verdict_summary(verdicts: pd.DataFrame) -> str:
     against = verdicts[verdicts.verdict == "fails"]
     lead = ("Exploratory, not a verdict (no task meets the margin rule): against the paper "
             if exploratory else "Against the paper: ")
-    lines.append(f"\n{lead}{len(against)} of {len(verdicts)} readings"
+    judged_on = ", ".join(dict.fromkeys(verdicts["task"]))
+    lines.append(f"\n{lead}{len(against)} of {len(verdicts)} readings (on {judged_on})"
                  + (": " + "; ".join(f"{r.task}, {r.reading}"
                                      for r in against.itertuples())
                     if len(against) else "") + ".")
