@@ -141,8 +141,8 @@ def learned_and_judged(acc: pd.DataFrame) -> tuple[list[str], list[str]]:
 def task_standing(acc: pd.DataFrame | None, tasks: Sequence[str], n_seeds: int,
                   stale: Sequence[str] = ()) -> dict[str, str]:
     """Per task, why the trained claims are or are not judged on it, from ``study_accuracy``'s
-    table (None: no committed file): "judged", "still training: k of n seeds in", "stale: trained
-    under an earlier profile" for a task of ``stale``, "not learned" or "not learned
+    table (None: no committed file): "judged", "still training: k of n seeds in", "stale:
+    trained under an earlier profile" for a task of ``stale``, "not learned" or "not learned
     with margin". Only a task still training can gain a verdict without a new profile."""
     held = {} if acc is None else acc["seeds"].to_dict()
     judged = [] if acc is None else learned_and_judged(acc)[1]
