@@ -187,14 +187,16 @@ def test_a_task_still_training_keeps_a_claim_about_every_task_from_replicating(m
     # marked provisional: the tests still to come widen the correction "fails" passed
     assert verdicts[below_layer_1] == "partly"
     assert all(r["in_flight"] == 2 for r in rows)
-    assert "holds on 2 of 2; cannot tell yet on 2 more tasks: ordering (still training: 2 " \
-        "of 5 seeds in), indexing (still training: 0 of 5 seeds in)" in rows[0]["measured"]
+    assert ("holds on 2 of 2 tasks; cannot tell yet on 2 more tasks: ordering (still "
+            "training: 2 of 5 seeds in), indexing (still training: 0 of 5 seeds in)"
+            ) in rows[0]["measured"]
     provisional = {r["reading"] for r in rows if "provisional" in r["measured"]}
     assert provisional == {below_layer_1}
     card = pd.DataFrame(rows, columns=list(scorecard.COLUMNS))
     counts = scorecard.summary(card)
     assert counts["n_cannot_tell"] == counts["n_in_flight"] == len(rows) - 1
     assert counts["n_provisional"] == 1
+    assert (counts["n_results"], counts["n_claims"]) == (2, 3)  # results 2 and 4
     # all in: the same verdicts replicate, and nothing waits or is provisional
     _fake_study(monkeypatch, {below_layer_1: ["fails", "holds"]})
     rows, info = scorecard.trained_rows("paper_study", ["addition", "reversal"])

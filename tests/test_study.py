@@ -334,10 +334,13 @@ def test_a_study_in_flight_is_not_judged_until_every_seed_is_in():
     table = committed.study_table(docs)
     acc = committed.study_accuracy(table, PROFILES["study"].n_test, n_seeds=5)
     assert acc.loc["reversal", "seeds"] == 2 and not acc.loc["reversal", "complete"]
+    # "learned" speaks of every seed: undecided while some are out
+    assert acc.loc[["reversal"], ["learned", "with margin"]].isna().all(axis=None)
     learned, judged = committed.learned_and_judged(acc)
     assert learned == judged == []  # learned by 2 of 5 seeds: neither learned nor judged
     acc2 = committed.study_accuracy(table, PROFILES["study"].n_test, n_seeds=2)
     assert committed.learned_and_judged(acc2)[1] == ["reversal"]
+    assert acc2.loc["reversal", "learned"] and acc2.loc["reversal", "with margin"]
 
 
 def test_task_standing_says_why_a_task_is_or_is_not_judged():
@@ -358,12 +361,18 @@ def test_size_dependence_says_whether_a_verdict_moves_with_the_model():
     keys = [(c, r) for c, r in claims.TRAINED_CLAIMS]
     small = pd.DataFrame([dict(claim=c, reading=r, task="reversal", verdict="fails")
                           for c, r in keys])
-    big = small.assign(verdict=["fails", "holds", "fails", "fails", "fails"])
+    big = small.assign(verdict=["fails", "holds", "cannot tell", "fails", "fails"])
+    small.loc[3, "verdict"] = big.loc[3, "verdict"] = "cannot tell"
     out = committed.size_dependence({"4 x 96": small, "6 x 384": big}, ["reversal", "addition"])
     assert len(out) == 2 * len(keys)
     rev = out[out.task == "reversal"].set_index("reading")["depends on size"]
-    assert rev.iloc[0] == "no: fails at every size"
+    assert rev.iloc[0] == "no: fails at both sizes"
     assert rev.iloc[1] == "yes: fails at 4 x 96, holds at 6 x 384"
+    # a "cannot tell" is missing evidence: it neither differs from nor agrees with a verdict
+    assert rev.iloc[2] == "not shown: fails at 4 x 96, cannot tell at 6 x 384"
+    assert rev.iloc[3] == "not shown: cannot tell at 4 x 96, cannot tell at 6 x 384"
+    three = committed.size_dependence({"a": small, "b": small, "c": small}, ["reversal"])
+    assert three["depends on size"].iloc[0] == "no: fails at all 3 sizes"
     add = out[out.task == "addition"]["depends on size"]
     assert (add == "cannot say: 4 x 96, 6 x 384 have no verdict on addition").all()
     untrained = committed.size_dependence({"4 x 96": small, "6 x 384": None}, ["reversal"])

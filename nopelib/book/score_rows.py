@@ -142,7 +142,7 @@ def link(page: str, anchor: str) -> str:
 
 def make_row(spec: tuple[str, str, str, str], reading: str, model: tuple[str, str],
              table: pd.DataFrame | None, by: str, evidence: str, note: str = "",
-             in_flight: Sequence[str] = ()) -> dict:
+             in_flight: Sequence[str] = (), unit: str = "") -> dict:
     """The scorecard row of one reading of a claim (``spec``: a PAPER_ROWS entry) on one
     ``model`` (``model_of``'s label and grid words) from the reading's ``claims.claim_table``
     rows (None or empty: untested, ``note`` as the measurement): its groups (``by``) combined
@@ -150,7 +150,8 @@ def make_row(spec: tuple[str, str, str, str], reading: str, model: tuple[str, st
     names the tasks the claim covers that are not in yet ("addition (still training: 2 of 5
     seeds in)"): each counts as "cannot tell" until it is in, so a claim about every task never
     reads "replicates" on the tasks that happen to be in first; and a "fails" or "partly"
-    beside them is marked provisional, its correction growing with the tests to come."""
+    beside them is marked provisional, its correction growing with the tests to come.
+    ``unit`` names what a group is where its name does not ("tasks", "layers")."""
     claim, paper, page, anchor = spec
     row = dict(claim=claim, reading=reading, model=model[0], grid=model[1], paper=paper,
                section=link(page, anchor), in_flight=len(in_flight))
@@ -173,7 +174,8 @@ def make_row(spec: tuple[str, str, str, str], reading: str, model: tuple[str, st
     where = str(worst[by])  # a probe's group names its layer already
     if "layer" not in where:
         where += f", layer {int(worst['weakest_layer'])}"
-    measured = (f"{tally} of {len(per_group)}{waiting}; nearest to failing: {where}, "
+    measured = (f"{tally} of {len(per_group)}{' ' + unit if unit else ''}{waiting}; "
+                f"nearest to failing: {where}, "
                 f"{worst['mean']:.3f} [{worst['lo']:.3f}, "
                 f"{worst['hi']:.3f}] (the claim: {side} {worst['bound']:g})")
     evidence += (f"; {int(table['n'].min())} seeds, one-sided t bounds: holds at level "
@@ -271,8 +273,8 @@ def trained_rows(profile: str, tasks: Sequence[str]) -> tuple[list[dict], dict]:
         mine = None if verdicts is None else verdicts[(verdicts.claim == claim)
                                                       & (verdicts.reading == reading)]
         rows.append(_tag_groups(make_row(SPECS[claim], reading, model, mine, "task", evidence,
-                                         note if judged else untested + note, in_flight),
-                                profile))
+                                         note if judged else untested + note, in_flight,
+                                         unit="tasks"), profile))
     return rows, info
 
 
@@ -320,5 +322,6 @@ def _probe_row(spec: tuple[str, str, str, str], model: tuple[str, str], comp: pd
         lo=comp["d_nrmse lo"], hi=comp["d_nrmse hi"], bound=0.0, above=False, n=comp["n"],
         m=comp["m"], holds_level=comp["holds_level"], fails_level=comp["fails_level"],
         verdict=verdict))
+    unit = "layers" if comp["group"].nunique() == 1 else "task-layer pairs"
     return make_row(spec, PROBE_READING, model, table, "group", evidence,
-                    in_flight=in_flight)
+                    in_flight=in_flight, unit=unit)

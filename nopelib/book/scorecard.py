@@ -115,14 +115,15 @@ def summary(card: pd.DataFrame) -> dict[str, int]:
     as underscores), those of the "cannot tell" rows that wait for a study still training
     (``n_in_flight``), the "fails" and "partly" rows judged beside tasks still to come
     (``n_provisional``: the tests those add can undo a "fails"), all of them
-    (``n_paper_rows``), its claims, those judged on a model outside the paper's grid, and the
-    rows beyond the paper."""
+    (``n_paper_rows``), the paper's numbered results and the claims within them, those judged
+    on a model outside the paper's grid, and the rows beyond the paper."""
     paper = card[~card.claim.str.startswith("beyond")]
     counts = {f"n_{v.replace(' ', '_')}": int((paper.verdict == v).sum()) for v in VERDICTS}
     waiting = int(((paper.verdict == "cannot tell") & (paper.in_flight > 0)).sum())
     provisional = int((paper.verdict.isin(["fails", "partly"]) & (paper.in_flight > 0)).sum())
     return {**counts, "n_in_flight": waiting, "n_provisional": provisional,
             "n_paper_rows": len(paper),
+            "n_results": int(paper.claim.str.split(":").str[0].nunique()),
             "n_claims": int(paper.claim.nunique()),
             "n_outside": int((paper.grid == OUTSIDE).sum()),
             "n_beyond_rows": len(card) - len(paper)}

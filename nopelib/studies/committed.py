@@ -115,17 +115,21 @@ def study_accuracy(table: pd.DataFrame, n_test: int,
     (``claims.is_learned``), whether every run is past its plateau with the claim rule's
     margin (``with margin``), and how many seeds its file holds (``seeds``) against the
     ``n_seeds`` of its profile (``complete``; a study in flight holds fewer): the tasks judged
-    are learned, with margin and complete."""
+    are learned, with margin and complete. ``learned`` and ``with margin`` speak of every
+    seed, so they are NA (undecided) for a task whose seeds are not all in."""
     acc = table.pivot(index="task", columns="seed", values="accuracy")
     acc.columns = [f"seed {s}" for s in acc.columns]
     acc["lowest"] = acc.min(axis=1)
     if baselines is not None:
         acc["majority"] = [baselines[t] for t in acc.index]
-    acc["learned"] = [claims.is_learned(g.to_dict("records"), n_test)
-                      for _, g in table.groupby("task")]
-    acc["with margin"] = table.groupby("task")["with_margin"].all()
     acc["seeds"] = table.groupby("task")["seed"].nunique()
     acc["complete"] = acc["seeds"] >= (n_seeds or 0)
+    learned = pd.Series([claims.is_learned(g.to_dict("records"), n_test)
+                         for _, g in table.groupby("task")], index=acc.index)
+    margin = table.groupby("task")["with_margin"].all()
+    for column, values in (("learned", learned), ("with margin", margin)):
+        acc.insert(acc.columns.get_loc("seeds"), column,
+                   values.astype("boolean").where(acc["complete"]))
     return acc
 
 
@@ -134,7 +138,7 @@ def learned_and_judged(acc: pd.DataFrame) -> tuple[list[str], list[str]]:
     task still training is neither), and those of them learned with the margin rule's
     margin (the tasks the claims are judged on)."""
     complete = acc["complete"] if "complete" in acc else pd.Series(True, index=acc.index)
-    learned = [t for t in acc.index if acc.loc[t, "learned"] and complete[t]]
+    learned = [t for t in acc.index if complete[t] and acc.loc[t, "learned"]]
     return learned, [t for t in learned if acc.loc[t, "with margin"]]
 
 
@@ -267,13 +271,16 @@ def size_dependence(tables: Mapping[str, pd.DataFrame | None], tasks: Sequence[s
     judged task), the first name being the reference; ``standing`` maps a name to
     ``task_standing``'s reasons, which stand in a model's column where it has no verdict
     ("not judged" without them). A table's exploratory rows are no verdict. One row per
-    (claim, reading, task) with each model's verdict and one plain sentence: "no" or "yes"
-    where every model has a verdict, "cannot say yet" while a model still trains on the
-    task, "cannot say" where one never will under its profile."""
+    (claim, reading, task) with each model's verdict and one plain sentence where every model
+    has a verdict: "yes" where one model holds and another fails, "no" where all hold or all
+    fail, "not shown" where a model cannot tell (missing evidence, not another finding); and
+    where one has none, "cannot say yet" while it still trains on the task, "cannot say"
+    where it never will under its profile."""
     names = list(tables)
     if len(names) < 2:
         raise ValueError(f"size_dependence: two models or more, not {names}")
     keys = ["claim", "reading", "task"]
+    every = "both sizes" if len(names) == 2 else f"all {len(names)} sizes"
     rows = []
     for (claim, reading), task in ((cr, t) for cr in claims.TRAINED_CLAIMS for t in tasks):
         row = dict(claim=claim, reading=reading, task=task)
@@ -292,9 +299,12 @@ def size_dependence(tables: Mapping[str, pd.DataFrame | None], tasks: Sequence[s
                                             for n in missing) else "cannot say")
             has = "has" if len(missing) == 1 else "have"
             row["depends on size"] = f"{lead}: {', '.join(missing)} {has} no verdict on {task}"
-        elif len(set(verdicts)) == 1:
-            row["depends on size"] = f"no: {verdicts[0]} at every size"
-        else:
+        elif {"holds", "fails"} <= set(verdicts):
             row["depends on size"] = "yes: " + ", ".join(f"{row[n]} at {n}" for n in names)
+        elif set(verdicts) == {"holds"} or set(verdicts) == {"fails"}:
+            row["depends on size"] = f"no: {verdicts[0]} at {every}"
+        else:  # a "cannot tell" is missing evidence, not another finding
+            row["depends on size"] = "not shown: " + ", ".join(
+                f"{row[n]} at {n}" for n in names)
         rows.append(row)
     return pd.DataFrame(rows)
