@@ -10,7 +10,7 @@ from nopelib.core import devices
 from nopelib.core.devices import bf16_available, dtype_policy
 from nopelib.core.model import GPTConfig
 from nopelib.rules import bf16
-from nopelib.studies import precision
+from nopelib.studies import precision, results
 from nopelib.training import profiles, runs as rc, train_profile
 
 
@@ -56,6 +56,17 @@ def test_the_rule_needs_two_seeds_in_both_precisions_and_curves_of_one_length():
         bf16.gaps(runs)
     with pytest.raises(ValueError, match="no gaps"):
         bf16.verdict(bf16.gaps(_runs(0.0)).iloc[:0])
+
+
+def test_each_committed_check_is_named_by_its_profile_and_tasks():
+    # a check of other tasks is a file beside the committed ones, never over one of them
+    checks = results.load_all("precision")
+    assert checks
+    for name, doc in checks.items():
+        tasks = list(dict.fromkeys(r["task"] for r in doc["runs"]))
+        assert name == precision.out_name(doc["provenance"]["profile"], tasks)
+    assert (precision.out_name("paper_study", ["reversal", "addition"])
+            == "precision_paper_study_reversal_addition.json")
 
 
 def test_check_profiles_cap_the_steps_and_differ_only_in_precision():

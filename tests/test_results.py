@@ -243,9 +243,9 @@ def test_a_trained_file_must_be_named_after_its_profile_and_task(tmp_path):
     ("recipe_addition_reversal.json", ("provenance", "training", "name"), "cpu2",
      "provenance.profile = 'cpu': must be the name its training record holds ('cpu2')"),
     (PAPER, ("runs", 0, "dtype_policy"), "bf16", "runs[0].dtype_policy = 'bf16'"),
-    ("precision_paper_study.json", ("runs", 3, "precision"), "bf16",
+    ("precision_paper_study_reversal.json", ("runs", 3, "precision"), "bf16",
      "runs[3].precision = 'bf16': must be one of ['float32', 'bfloat16']"),
-    ("precision_paper_study.json", ("runs", 3, "dtype_policy"), "float32",
+    ("precision_paper_study_reversal.json", ("runs", 3, "dtype_policy"), "float32",
      "runs[3].dtype_policy = 'float32': must be 'autocast-bfloat16' for a bfloat16 run"),
     ("kernels_study.json", ("runs", 0, "task"), ["reversal"], "runs[0].task = ['reversal']"),
     ("kernels_study.json", ("runs", 0, "inside"), False, "runs[0].inside = False"),
@@ -271,7 +271,7 @@ def test_incomplete_pairs_are_refused(tmp_path):
     del doc["runs"][3]
     assert ("task, seed = ('reversal', 0) is run under pos_encoding ['none']: must be run "
             "under each of ['none', 'learned']") in _refused(tmp_path, "recipe_x.json", doc)
-    doc = _committed("precision_paper_study.json")
+    doc = _committed("precision_paper_study_reversal.json")
     del doc["runs"][5]
     assert "is run under precision ['float32']" in _refused(tmp_path, "precision_x.json", doc)
     doc = _committed("kernels_study.json")
@@ -280,7 +280,7 @@ def test_incomplete_pairs_are_refused(tmp_path):
 
 
 def test_the_precision_table_must_be_the_runs(tmp_path):
-    name = "precision_paper_study.json"
+    name = "precision_paper_study_reversal.json"
     doc = _set(_committed(name), ("gaps", 2, "precision_gap"), 0.001)
     assert "gaps[2].precision_gap = 0.001: must be 0.0280" in _refused(tmp_path, name, doc)
     doc = _set(_committed(name), ("provenance", "verdict"), "changes")

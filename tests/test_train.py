@@ -404,7 +404,7 @@ def test_the_paper_study_profile_is_the_base_model_under_the_study_budget():
             paper_study.curve_dense_until, paper_study.precision) == (64, 25, 1_000,
                                                                       "bfloat16")
     # adopted after the precision check, which is committed with its verdict
-    check = results.load(results.RESULTS_DIR / "precision_paper_study.json")
+    check = results.load(results.RESULTS_DIR / "precision_paper_study_reversal.json")
     assert check["provenance"]["verdict"] == "no change"
 
 

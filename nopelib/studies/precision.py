@@ -20,10 +20,11 @@ does. The rule (``RULE``), fixed before the check ran:
 
 It runs by hand, one command, and commits a small file::
 
-    NOPELIB_ALLOW_SLOW=1 python -m nopelib.studies.precision --tasks reversal addition --seeds 0 1 2 \
-        --steps 300
+    NOPELIB_ALLOW_SLOW=1 python -m nopelib.studies.precision --tasks addition --seeds 0 1 2 \
+        --steps 250
 
-which writes ``book/results/precision_<profile>.json``.
+which writes ``book/results/precision_<profile>_<tasks>.json`` (``out_name``): a check of
+other tasks is a file beside the committed ones, each with its own provenance and verdict.
 """
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ def check_profiles(profile: str | TrainProfile, steps: int) -> dict[str, TrainPr
             for p in PRECISIONS}
 
 
+def out_name(profile: str, tasks: Sequence[str]) -> str:
+    """The check's file name: its profile and its tasks in the order given."""
+    return f"precision_{profile}_{'_'.join(tasks)}.json"
+
+
 def run_record(task: str, seed: int, precision: str, metrics: dict) -> dict:
     """One check run as the committed file holds it: its curve and timings."""
     curve = metrics["curve"]
@@ -90,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     from nopelib.core.params import SEED, Choice, Int, ListOf, OutPath, check_args
     from nopelib.training.gate import training_time_problem
 
-    out = Path(args.out_dir) / f"precision_{args.profile}.json"
+    out = Path(args.out_dir) / out_name(args.profile, args.tasks)
     base = get_profile(args.profile)  # resolved once (argparse checked the name), passed on
     check_args(parser, {  # exit 2 now, not after hours of training
         "--tasks": (args.tasks, ListOf(Choice(TASKS), unique=True)),

@@ -134,10 +134,10 @@ PROFILES: dict[str, TrainProfile] = {
     # (float32 elsewhere, with a warning; the run key records which): a step took 0.72 s
     # against 1.28 s in float32 on one thread of the AVX-512/AMX development VM (reversal,
     # batch 64), and the check fixed before it ran (nopelib.studies.precision,
-    # book/results/precision_paper_study.json: reversal, seeds 0-2, the first 250 steps in both
-    # precisions) found the bf16 run of each seed no farther from its float32 run than two
-    # float32 seeds are from each other, for every layer's score and validation exact match:
-    # "no change".
+    # book/results/precision_paper_study_reversal.json: reversal, seeds 0-2, the first 250
+    # steps in both precisions) found the bf16 run of each seed no farther from its float32
+    # run than two float32 seeds are from each other, for every layer's score and validation
+    # exact match: "no change".
     "paper_study": TrainProfile(
         name="paper_study",
         model=GPTConfig(),
