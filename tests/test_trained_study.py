@@ -11,7 +11,9 @@ import nopelib.studies.trained_study as ts
 from nopelib.core.model import GPTConfig
 from nopelib.rules import claims
 from nopelib.studies import committed, results
+from nopelib.core.tasks import TASKS
 from nopelib.training import profiles, train_profile
+from nopelib.training.runs import run_key
 
 TINY = replace(
     profiles.PROFILES["study"], name="tiny-study", model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
@@ -55,6 +57,37 @@ def test_a_tiny_study_writes_a_valid_file_whose_trajectory_the_claims_read(tmp_p
         assert {**cached, "origin": None} == {**first, "origin": None}
         assert first["origin"]["how"] == "trained" and cached["origin"] == {
             "how": "run cache", "finished": first["origin"]["finished"]}
+
+
+def test_bf16_trains_only_the_tasks_every_committed_check_found_unchanged():
+    # the rule's "changes" keeps float32: a task trains in bf16 only where a check ran it and
+    # found every quantity unchanged (on the paper's model, addition's layer scores moved)
+    cleared = committed.bf16_cleared("paper_study")
+    rows = [row for doc in results.load_all("precision").values() for row in doc["gaps"]]
+    ran = {row["task"] for row in rows}
+    changed = {row["task"] for row in rows if row["verdict"] != "no change"}
+    assert cleared == ran - changed and ran
+    prof = profiles.PROFILES["paper_study"]
+    for task in TASKS:
+        for p in (prof, prof.batched()):
+            assert ts.task_profile(p, task).precision == (
+                "bfloat16" if task in cleared else "float32")
+            assert replace(ts.task_profile(p, task), precision=p.precision) == p
+    assert ts.task_profile(TINY, "addition") is TINY  # a float32 profile as it is
+
+
+def test_a_study_trains_a_task_no_check_cleared_in_float32(tmp_path, monkeypatch):
+    asks_bf16 = replace(TINY, name="tiny-bf16", precision="bfloat16")
+    monkeypatch.setitem(profiles.PROFILES, asks_bf16.name, asks_bf16)
+    assert committed.bf16_cleared(asks_bf16.name) == frozenset()
+    by_task, _ = ts.run_study(asks_bf16, ["ordering"], [0], device="cpu", workers=1,
+                              probe_fit_tokens=100)
+    run = by_task["ordering"][0]
+    assert run["dtype_policy"] == "float32"
+    assert run["key"] == run_key("ordering", 0, replace(asks_bf16, precision="float32"))
+    assert run["key"] != run_key("ordering", 0, asks_bf16)
+    cached = ts.cached_runs(asks_bf16, ["ordering"], [0], device="cpu")
+    assert cached["ordering", 0].metrics["key"] == run["key"]
 
 
 def test_an_edited_trajectory_is_refused(tmp_path):

@@ -46,6 +46,26 @@ def load_study(profile: str, tasks: Sequence[str]) -> tuple[dict[str, dict], lis
     return docs, [t for t in tasks if t not in docs]
 
 
+def bf16_cleared(profile: str, folder: Path | None = None) -> frozenset[str]:
+    """The tasks on which bf16 autocast may train ``profile``'s runs: those that a committed
+    precision check of this profile (``nopelib.studies.precision``, its record equal to
+    today's but for the precision itself) ran, with "no change" on every quantity in every
+    check that ran them. A task no check ran, or one a check found changed, trains in float32
+    (``trained_study.task_profile``): the rule's "changes" keeps float32."""
+    today = {k: v for k, v in json.loads(json.dumps(PROFILES[profile].record())).items()
+             if k != "precision"}
+    ran, changed = set(), set()
+    for doc in results.load_all("precision", folder).values():
+        record = {k: v for k, v in doc["provenance"]["training"].items() if k != "precision"}
+        if doc["provenance"]["profile"] != profile or record != today:
+            continue
+        for row in doc["gaps"]:  # validated: recomputed from the runs when loaded
+            ran.add(row["task"])
+            if row["verdict"] != "no change":
+                changed.add(row["task"])
+    return frozenset(ran - changed)
+
+
 def stale_tasks(profile: str, tasks: Sequence[str]) -> list[str]:
     """The tasks whose committed file of ``profile`` was trained under an earlier version."""
     return [t for t, d in _committed(profile, tasks).items() if not is_current(d, profile)]

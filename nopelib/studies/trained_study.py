@@ -40,6 +40,7 @@ import argparse
 import json
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -51,7 +52,7 @@ from nopelib.core.tasks import TASKS, get_task
 from nopelib.rules import claims
 from nopelib.store.cache import resolve_cache_dir
 from nopelib.studies import results
-from nopelib.studies.committed import live_seconds
+from nopelib.studies.committed import bf16_cleared, live_seconds
 from nopelib.studies.one_model import longest_input, similarity_matrices
 from nopelib.studies.probe_study import task_sequences, trained_study
 from nopelib.training.launch import train_many
@@ -122,6 +123,18 @@ def run_record(run: TrainedRun, probe_fit_tokens: int = PROBE_FIT_TOKENS) -> dic
     }
 
 
+def task_profile(profile: TrainProfile, task: str) -> TrainProfile:
+    """The profile ``task``'s runs train under: ``profile``, in float32 where it asks for
+    bf16 autocast and no committed precision check cleared the task (``bf16_cleared``: on
+    the paper's model bf16 moved addition's layer scores more than the seed does); each run
+    records the precision that ran (``dtype_policy``) and its key the profile it ran."""
+    base = profile.name.removesuffix("+batched")
+    if profile.precision == "bfloat16" and (base not in PROFILES
+                                            or task not in bf16_cleared(base)):
+        return replace(profile, precision="float32")
+    return profile
+
+
 def cached_runs(profile: TrainProfile, tasks: Sequence[str], seeds: Sequence[int],
                 device: str = "auto") -> dict[tuple[str, int], TrainedRun]:
     """The (task, seed) runs of ``profile`` already committed to the run cache, nothing
@@ -130,11 +143,12 @@ def cached_runs(profile: TrainProfile, tasks: Sequence[str], seeds: Sequence[int
     root = resolve_cache_dir() / "runs"
     out = {}
     for task in tasks:
+        prof = task_profile(profile, task)
         for seed in seeds:
-            key = run_key(task, seed, profile, dev)
-            loaded = load_run(root / key, key, profile)
+            key = run_key(task, seed, prof, dev)
+            loaded = load_run(root / key, key, prof)
             if loaded is not None:
-                out[task, seed] = TrainedRun(*loaded, profile, from_cache=True)
+                out[task, seed] = TrainedRun(*loaded, prof, from_cache=True)
     return out
 
 
@@ -160,8 +174,14 @@ def run_study(profile: str | TrainProfile, tasks: Sequence[str], seeds: Sequence
     if cached_only:
         runs = cached_runs(prof, tasks, seeds, device)
     else:
-        runs = train_many([(t, s) for t in tasks for s in seeds], prof, device=device,
-                          workers=workers, backend=backend)
+        runs = {}
+        by_precision: dict[str, list[str]] = {}
+        for task in tasks:  # the tasks of one precision train as one pool
+            by_precision.setdefault(task_profile(prof, task).precision, []).append(task)
+        for group in by_precision.values():
+            runs |= train_many([(t, s) for t in group for s in seeds],
+                               task_profile(prof, group[0]), device=device, workers=workers,
+                               backend=backend)
     here = {**results.provenance("", [], time.perf_counter()),
             "cpu_capability": torch.backends.cpu.get_cpu_capability()}
     by_task = {task: stamp([run_record(runs[task, s], probe_fit_tokens) for s in seeds
@@ -222,7 +242,7 @@ def _committed_problems(folder: Path, names: Sequence[str], tasks: Sequence[str]
             problems.append(f"--out-dir {folder}: {exc}; move the file aside or mend it")
             continue
         other = [r["seed"] for r in runs if r["seed"] in seeds and r["seed"] not in replace
-                 and r["key"] != run_key(task, r["seed"], profile, dev)]
+                 and r["key"] != run_key(task, r["seed"], task_profile(profile, task), dev)]
         if other:
             problems.append(
                 f"--seeds: {folder / name} holds seed(s) {other} trained under another run "
