@@ -1,7 +1,7 @@
 """The trained study's file grows by seed and never shrinks: a committed run is kept over a new
 run of its seed unless ``--replace`` names the seed, and a kept run whose run key differs from
-the one this invocation would train (other training sources or device) is refused before any
-training, since its new run would be trained and then dropped. A tiny profile, trained in
+the one this invocation would train (other training sources, device or precision) is refused
+before any training, since its new run would be trained and then dropped. A tiny profile, trained in
 seconds."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import nopelib.studies.trained_study as ts
 from nopelib.core.model import GPTConfig
 from nopelib.studies import results
 from nopelib.training import profiles
+from nopelib.training.runs import run_key
 
 TINY = replace(
     profiles.PROFILES["study"], name="tiny-replace", model=GPTConfig(n_layer=2, n_head=2,
@@ -75,3 +76,20 @@ def test_a_kept_run_under_another_key_is_refused_before_training(study, monkeypa
     ts.main([*argv, "--replace", "0"])  # from the run cache: the run of today's key
     runs = results.load(path)["runs"]
     assert [r["seed"] for r in runs] == [0, 1] and runs[0]["key"] != other["key"]
+
+
+def test_a_task_trained_in_float32_under_a_bf16_profile_is_its_own_key(tmp_path, monkeypatch):
+    # no check cleared ordering for this profile: its runs train and are keyed in float32,
+    # and a rerun finds its committed runs under that key, not the profile's own
+    asks_bf16 = replace(TINY, name="tiny-replace-bf16", precision="bfloat16")
+    monkeypatch.setenv("NOPELIB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setitem(profiles.PROFILES, asks_bf16.name, asks_bf16)
+    argv = ["--profile", asks_bf16.name, "--tasks", "ordering", "--device", "cpu",
+            "--workers", "1", "--out-dir", str(tmp_path), "--probe-fit-tokens", "100"]
+    ts.main(argv)
+    path = tmp_path / f"trained_{asks_bf16.name}_ordering.json"
+    float32 = replace(asks_bf16, precision="float32")
+    runs = results.load(path)["runs"]
+    assert [r["key"] for r in runs] == [run_key("ordering", s, float32, "cpu") for s in (0, 1)]
+    ts.main([*argv, "--cached-only"])  # no refusal: the kept runs are today's keys
+    assert results.load(path)["runs"] == runs

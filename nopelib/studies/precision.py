@@ -60,8 +60,9 @@ def check_profiles(profile: str | TrainProfile, steps: int) -> dict[str, TrainPr
 
 
 def out_name(profile: str, tasks: Sequence[str]) -> str:
-    """The check's file name: its profile and its tasks in the order given."""
-    return f"precision_{profile}_{'_'.join(tasks)}.json"
+    """The check's file name: its profile and its tasks in alphabetical order (a rerun of
+    the same tasks replaces its file; a check of other tasks sits beside it)."""
+    return f"precision_{profile}_{'_'.join(sorted(tasks))}.json"
 
 
 def run_record(task: str, seed: int, precision: str, metrics: dict) -> dict:

@@ -27,7 +27,8 @@ finished; the file's provenance is the invocation that wrote it, with how many o
 it read from the cache and how many it kept from the committed file. A file grows by seed
 and never shrinks: a committed run is kept over this invocation's run of its seed unless
 ``--replace SEED ...`` names the seed, and a kept run that this invocation would train under
-another run key (other training sources or device) is refused before any training.
+another run key (other training sources, device or precision) is refused before any
+training.
 
 On the CPU, training expected to take over an hour (each run as long as the longest committed
 run of its tasks, on one process per core) needs ``NOPELIB_ALLOW_SLOW=1``
@@ -39,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -152,6 +154,30 @@ def cached_runs(profile: TrainProfile, tasks: Sequence[str], seeds: Sequence[int
     return out
 
 
+def train_study_runs(profile: str | TrainProfile, tasks: Sequence[str], seeds: Sequence[int],
+                     device: str = "auto", workers: int | None = None,
+                     backend: str = "local") -> dict[tuple[str, int], TrainedRun]:
+    """Every (task, seed) trained (or loaded) as the study trains it: each task under its
+    ``task_profile``, the tasks of one precision as one pool. CUDA autocasts to bf16
+    whatever the profile says (``devices.dtype_policy``): a task no check cleared is warned
+    about there, and its runs record the precision that ran."""
+    prof = get_profile(profile)
+    by_precision: dict[str, list[str]] = {}
+    for task in tasks:
+        by_precision.setdefault(task_profile(prof, task).precision, []).append(task)
+    uncleared = [t for t in tasks if task_profile(prof, t).precision != prof.precision]
+    if uncleared and resolve_device(device).type == "cuda":
+        warnings.warn(f"{', '.join(uncleared)}: no committed precision check cleared bf16 for "
+                      f"profile {prof.name!r}, but CUDA autocasts to bf16; these runs are not "
+                      "the float32 runs a CPU trains", stacklevel=2)
+    runs: dict[tuple[str, int], TrainedRun] = {}
+    for group in by_precision.values():
+        runs |= train_many([(t, s) for t in group for s in seeds],
+                           task_profile(prof, group[0]), device=device, workers=workers,
+                           backend=backend)
+    return runs
+
+
 def run_study(profile: str | TrainProfile, tasks: Sequence[str], seeds: Sequence[int],
               device: str = "auto", workers: int | None = None,
               probe_fit_tokens: int = PROBE_FIT_TOKENS, cached_only: bool = False,
@@ -174,14 +200,7 @@ def run_study(profile: str | TrainProfile, tasks: Sequence[str], seeds: Sequence
     if cached_only:
         runs = cached_runs(prof, tasks, seeds, device)
     else:
-        runs = {}
-        by_precision: dict[str, list[str]] = {}
-        for task in tasks:  # the tasks of one precision train as one pool
-            by_precision.setdefault(task_profile(prof, task).precision, []).append(task)
-        for group in by_precision.values():
-            runs |= train_many([(t, s) for t in group for s in seeds],
-                               task_profile(prof, group[0]), device=device, workers=workers,
-                               backend=backend)
+        runs = train_study_runs(prof, tasks, seeds, device, workers, backend)
     here = {**results.provenance("", [], time.perf_counter()),
             "cpu_capability": torch.backends.cpu.get_cpu_capability()}
     by_task = {task: stamp([run_record(runs[task, s], probe_fit_tokens) for s in seeds
@@ -231,8 +250,8 @@ def _committed_problems(folder: Path, names: Sequence[str], tasks: Sequence[str]
                         training: dict, device: str) -> list[str]:
     """Why the committed files in ``folder`` cannot take this invocation's runs: a file that
     cannot be read (it would be overwritten unread), or a kept committed run of a seed to be
-    trained under another run key (other training sources or device: its new run would be
-    trained, then dropped)."""
+    trained under another run key (other training sources, device or precision: its new
+    run would be trained, then dropped)."""
     dev = resolve_device(device)
     problems = []
     for task, name in zip(tasks, names):
@@ -246,7 +265,8 @@ def _committed_problems(folder: Path, names: Sequence[str], tasks: Sequence[str]
         if other:
             problems.append(
                 f"--seeds: {folder / name} holds seed(s) {other} trained under another run "
-                "key (other training sources or device), and a committed run is kept: pass "
+                "key (other training sources, device or precision), and a committed run is "
+                "kept: pass "
                 f"--replace {' '.join(map(str, other))} to replace them, or leave them out")
     return problems
 
