@@ -70,10 +70,10 @@ def test_bf16_trains_only_the_tasks_every_committed_check_found_unchanged():
     prof = profiles.PROFILES["paper_study"]
     for task in TASKS:
         for p in (prof, prof.batched()):
-            assert ts.task_profile(p, task).precision == (
+            assert committed.task_profile(p, task).precision == (
                 "bfloat16" if task in cleared else "float32")
-            assert replace(ts.task_profile(p, task), precision=p.precision) == p
-    assert ts.task_profile(TINY, "addition") is TINY  # a float32 profile as it is
+            assert replace(committed.task_profile(p, task), precision=p.precision) == p
+    assert committed.task_profile(TINY, "addition") is TINY  # a float32 profile as it is
 
 
 def test_a_study_trains_a_task_no_check_cleared_in_float32(tmp_path, monkeypatch):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ import pandas as pd
 from nopelib.rules import claims
 from nopelib.studies import results
 from nopelib.training.profiles import PROFILES
+from nopelib.training.train_profile import TrainProfile
 
 
 def study_path(profile: str, task: str) -> Path:
@@ -64,6 +66,17 @@ def bf16_cleared(profile: str, folder: Path | None = None) -> frozenset[str]:
             if row["verdict"] != "no change":
                 changed.add(row["task"])
     return frozenset(ran - changed)
+
+
+def task_profile(profile: TrainProfile, task: str) -> TrainProfile:
+    """The profile ``task``'s runs train under: ``profile``, in float32 where it asks for
+    bf16 autocast and no committed precision check cleared the task (``bf16_cleared``): the
+    trained and the early study train a task alike. A run's key holds the profile it ran."""
+    base = profile.name.removesuffix("+batched")
+    if profile.precision == "bfloat16" and (base not in PROFILES
+                                            or task not in bf16_cleared(base)):
+        return replace(profile, precision="float32")
+    return profile
 
 
 def stale_tasks(profile: str, tasks: Sequence[str]) -> list[str]:

@@ -64,6 +64,7 @@ from nopelib.store.checkpoint import RunCheckpoints
 from nopelib.store.memo import is_cached, memo
 from nopelib.store.memo_key import call_key
 from nopelib.studies import results
+from nopelib.studies.committed import task_profile
 from nopelib.studies.result_schema import EARLY_FULL_PREFIX
 from nopelib.studies.one_model import random_model
 from nopelib.training.gate import training_time_problem
@@ -119,7 +120,7 @@ def block1_measure(texts: Sequence[str], config: GPTConfig) -> Callable[[GPT], d
 def early_run(task: str, seed: int, profile: str, frozen: tuple[str, ...]) -> dict:
     """One run of the study on the CPU: its curve (every field a list, one value per curve
     point), its initial scores and measurement, and its training time."""
-    base = get_profile(profile)
+    base = task_profile(get_profile(profile), task)  # the trained study's precision
     steps, every = WINDOWS[profile]
     prof = early_profile(base, steps, every)
     texts = sample_inputs(task, prof.n_trajectory, seed=TRAJECTORY_SEED)  # train()'s own
@@ -137,7 +138,8 @@ def full_key(task: str, seed: int, profile: str, frozen: tuple[str, ...]) -> str
     stopped under one kernel set does not go on under another)."""
     from nopelib.studies import early_study  # the importable module's function, as _one's
 
-    payload = {"run": run_key(task, seed, get_profile(profile), "cpu"), "frozen": list(frozen),
+    payload = {"run": run_key(task, seed, task_profile(get_profile(profile), task), "cpu"),
+               "frozen": list(frozen),
                "call": call_key(early_study.full_run, (task, seed, profile, frozen), {}),
                "kernels": torch.backends.cpu.get_cpu_capability()}
     return hashlib.sha256(json.dumps(payload).encode()).hexdigest()[:32]
@@ -157,7 +159,7 @@ def full_run(task: str, seed: int, profile: str, frozen: tuple[str, ...]) -> dic
     stopped run went on (``resumed_at``). It checkpoints as it trains, so a stopped run goes
     on from its last checkpoint when called again (``_one_full`` removes them once the
     result is in the results cache)."""
-    prof = get_profile(profile)
+    prof = task_profile(get_profile(profile), task)
     texts = sample_inputs(task, prof.n_trajectory, seed=TRAJECTORY_SEED)  # train()'s own
     checkpoints = full_checkpoints(task, seed, profile, frozen)
     cpu = torch.device("cpu")

@@ -42,7 +42,6 @@ import json
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -54,7 +53,7 @@ from nopelib.core.tasks import TASKS, get_task
 from nopelib.rules import claims
 from nopelib.store.cache import resolve_cache_dir
 from nopelib.studies import results
-from nopelib.studies.committed import bf16_cleared, live_seconds
+from nopelib.studies.committed import live_seconds, task_profile
 from nopelib.studies.one_model import longest_input, similarity_matrices
 from nopelib.studies.probe_study import task_sequences, trained_study
 from nopelib.training.launch import train_many
@@ -123,18 +122,6 @@ def run_record(run: TrainedRun, probe_fit_tokens: int = PROBE_FIT_TOKENS) -> dic
         "matrices": {"text": text, "layers": similarity_matrices(run.model, text).round(
             MATRIX_DECIMALS).tolist()},  # [L+1, T, T]
     }
-
-
-def task_profile(profile: TrainProfile, task: str) -> TrainProfile:
-    """The profile ``task``'s runs train under: ``profile``, in float32 where it asks for
-    bf16 autocast and no committed precision check cleared the task (``bf16_cleared``: on
-    the paper's model bf16 moved addition's layer scores more than the seed does); each run
-    records the precision that ran (``dtype_policy``) and its key the profile it ran."""
-    base = profile.name.removesuffix("+batched")
-    if profile.precision == "bfloat16" and (base not in PROFILES
-                                            or task not in bf16_cleared(base)):
-        return replace(profile, precision="float32")
-    return profile
 
 
 def cached_runs(profile: TrainProfile, tasks: Sequence[str], seeds: Sequence[int],
