@@ -149,10 +149,11 @@ def train_study_runs(profile: str | TrainProfile, tasks: Sequence[str], seeds: S
     whatever the profile says (``devices.dtype_policy``): a task no check cleared is warned
     about there, and its runs record the precision that ran."""
     prof = get_profile(profile)
+    profs = {task: task_profile(prof, task) for task in tasks}  # reads the checks once
     by_precision: dict[str, list[str]] = {}
     for task in tasks:
-        by_precision.setdefault(task_profile(prof, task).precision, []).append(task)
-    uncleared = [t for t in tasks if task_profile(prof, t).precision != prof.precision]
+        by_precision.setdefault(profs[task].precision, []).append(task)
+    uncleared = [t for t in tasks if profs[t].precision != prof.precision]
     if uncleared and resolve_device(device).type == "cuda":
         warnings.warn(f"{', '.join(uncleared)}: no committed precision check cleared bf16 for "
                       f"profile {prof.name!r}, but CUDA autocasts to bf16; these runs are not "
@@ -160,7 +161,7 @@ def train_study_runs(profile: str | TrainProfile, tasks: Sequence[str], seeds: S
     runs: dict[tuple[str, int], TrainedRun] = {}
     for group in by_precision.values():
         runs |= train_many([(t, s) for t in group for s in seeds],
-                           task_profile(prof, group[0]), device=device, workers=workers,
+                           profs[group[0]], device=device, workers=workers,
                            backend=backend)
     return runs
 
