@@ -115,6 +115,53 @@ def test_a_file_from_other_cpu_kernels_is_refused_before_training(tiny_study, ca
     assert "kernels" in capsys.readouterr().err and not trained
 
 
+def test_a_task_s_runs_share_one_precision_and_a_file_says_which(tiny_study, capsys,
+                                                                  monkeypatch):
+    # the profile asks bf16; no committed check cleared a task of it, so its runs train
+    # in float32 (committed.task_profile) and say so, while the file's record asks bf16
+    monkeypatch.setitem(profiles.PROFILES, "study", replace(TINY, precision="bfloat16"))
+    argv = ["--tasks", "addition", "--ablations", "none", "--out", str(tiny_study)]
+    early_study.main([*argv, "--seeds", "0"])
+    doc = json.loads(tiny_study.read_text())
+    assert doc["provenance"]["training"]["precision"] == "bfloat16"
+    assert [r["dtype_policy"] for r in doc["runs"]] == ["float32"]
+    assert early_tables.precisions(doc).to_dict("records") == [
+        {"task": "addition", "precision": "float32", "seeds": "0"}]
+    # a run from before runs recorded it: under a bf16 record it may have trained either way
+    del doc["runs"][0]["dtype_policy"]
+    tiny_study.write_text(json.dumps(doc))
+    results.load(tiny_study)  # valid: one task, one (unknown) precision
+    assert early_tables.precisions(doc).precision.tolist() == [
+        "not recorded (the profile asked bfloat16)"]
+    trained = []
+    real = early_study.run_study
+    monkeypatch.setattr(early_study, "run_study", lambda *a, **k: trained.append(a) or [])
+    with pytest.raises(SystemExit) as exit_:  # would set seed 1 beside it
+        early_study.main([*argv, "--seeds", "1"])
+    assert exit_.value.code == 2 and not trained
+    assert "another precision" in capsys.readouterr().err
+    # every seed of the task again replaces it; a task it does not touch is kept as it is
+    monkeypatch.setattr(early_study, "run_study", real)
+    doc["runs"][0]["task"] = "reversal"
+    tiny_study.write_text(json.dumps(doc))
+    early_study.main([*argv, "--seeds", "0"])
+    after = results.load(tiny_study)
+    assert [(r["task"], r.get("dtype_policy")) for r in after["runs"]] == [
+        ("addition", "float32"), ("reversal", None)]
+    # a file that mixes them within a task, or says bf16 where its profile asks float32
+    mixed = json.loads(tiny_study.read_text())
+    mixed["runs"][1]["task"], mixed["runs"][1]["seed"] = "addition", 1
+    bad = tiny_study.with_name("early_bad.json")
+    bad.write_text(json.dumps(mixed))
+    with pytest.raises(results.ResultsError, match=r"\['addition'\].*more than one precision"):
+        results.load(bad)
+    mixed["runs"][1]["dtype_policy"] = "autocast-bfloat16"
+    mixed["provenance"]["training"].pop("precision")
+    bad.write_text(json.dumps(mixed))
+    with pytest.raises(results.ResultsError, match=r"runs\[1\].dtype_policy.*asks float32"):
+        results.load(bad)
+
+
 @pytest.mark.parametrize("argv, match", [
     (["--seeds", "0", "0"], "names one twice"),
     (["--workers", "0"], "--workers"),

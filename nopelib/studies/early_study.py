@@ -55,6 +55,7 @@ import torch
 
 from nopelib.averaging import dynamics
 from nopelib.core.ablation import check_parts
+from nopelib.core.devices import dtype_policy
 from nopelib.core.metrics import layer_scores
 from nopelib.core.model import GPT, GPTConfig
 from nopelib.core.params import SEED, Choice, ListOf
@@ -65,6 +66,7 @@ from nopelib.store.memo import is_cached, memo
 from nopelib.store.memo_key import call_key
 from nopelib.studies import results
 from nopelib.studies.committed import task_profile
+from nopelib.studies.result_kinds import run_policy
 from nopelib.studies.result_schema import EARLY_FULL_PREFIX
 from nopelib.studies.one_model import random_model
 from nopelib.training.gate import training_time_problem
@@ -119,7 +121,8 @@ def block1_measure(texts: Sequence[str], config: GPTConfig) -> Callable[[GPT], d
 
 def early_run(task: str, seed: int, profile: str, frozen: tuple[str, ...]) -> dict:
     """One run of the study on the CPU: its curve (every field a list, one value per curve
-    point), its initial scores and measurement, and its training time."""
+    point), its initial scores and measurement, its training time, and how its steps computed
+    (``dtype_policy``: the precision the trained study trains the task in, on this CPU)."""
     base = task_profile(get_profile(profile), task)  # the trained study's precision
     steps, every = WINDOWS[profile]
     prof = early_profile(base, steps, every)
@@ -127,6 +130,7 @@ def early_run(task: str, seed: int, profile: str, frozen: tuple[str, ...]) -> di
     _, m = train(task, seed, prof, torch.device("cpu"), progress=False, frozen=frozen,
                  measure=block1_measure(texts, prof.model))
     return {"task": task, "seed": seed, "frozen": list(frozen), "steps": m["steps"],
+            "dtype_policy": dtype_policy("cpu", prof.precision),
             "train_seconds": m["train_seconds"], "curve_seconds": m["curve_seconds"],
             "scores_init": m["scores_init"], "measure_init": m["measure_init"],
             "curve": {k: list(v) for k, v in m["curve"].items()}}
@@ -169,6 +173,7 @@ def full_run(task: str, seed: int, profile: str, frozen: tuple[str, ...]) -> dic
     return {"task": task, "seed": seed, "frozen": list(frozen), "steps": m["steps"],
             "accuracy": m["accuracy"], "n_test": m["n_test"],
             "resumed_at": m.get("resumed_at", []), "train_seconds": m["train_seconds"],
+            "dtype_policy": dtype_policy("cpu", prof.precision),
             "curve_seconds": m["curve_seconds"], "scores_init": m["scores_init"],
             "measure_init": m["measure_init"],
             "curve": {k: list(v) for k, v in m["curve"].items()}}
@@ -231,7 +236,8 @@ def kept_runs(path: Path, training: dict,
     command, commit and date). A study grows by what it adds: none without a file or under
     another profile record. An unreadable file, or one trained under other CPU kernels (its
     ``cpu_capability``), raises ResultsError: it is not overwritten unread, and one file holds
-    one kernel set."""
+    one kernel set. So does a kept run of a task ``todo`` computes that trained in another
+    precision than this CPU trains that task in (``run_policy``): one task, one precision."""
     if not path.is_file():
         return [], []
     old = results.load(path)
@@ -246,6 +252,15 @@ def kept_runs(path: Path, training: dict,
             "file (--out)")
     mine = {(task, seed, tuple(frozen)) for task, seed, _, frozen in todo}
     kept = [r for r in old["runs"] if (r["task"], r["seed"], tuple(r["frozen"])) not in mine]
+    now = {task: dtype_policy("cpu", task_profile(get_profile(profile), task).precision)
+           for task, _, profile, _ in todo}
+    other = sorted({r["task"] for r in kept
+                    if r["task"] in now and run_policy(r, training) != now[r["task"]]})
+    if other:
+        raise results.ResultsError(
+            f"{path}: its runs of {other} trained in another precision than this CPU trains "
+            f"them in ({', '.join(f'{t} {now[t]}' for t in other)}) or record none; a task's "
+            "runs share one precision: run every seed and ablation of these tasks again")
     if not kept:
         return [], []
     return kept, [*prov.get("kept_from", []), {k: prov[k] for k in ("command", "commit", "date")}]

@@ -19,6 +19,7 @@ from nopelib.core.tasks import TASKS
 from nopelib.rules import beyond_claims
 from nopelib.rules.claims import past_plateau
 from nopelib.studies.early_study import ABLATIONS, ablation_name
+from nopelib.studies.result_kinds import run_policy
 
 MEASURED = ("rho", "value_common", "embedding_common", "value_axis", "embedding_axis",
             "entropy", "score_without_mlp", "predicted")  # block 1, per curve point
@@ -39,6 +40,24 @@ def frame(doc: dict) -> pd.DataFrame:
         for i, step in enumerate(c["step"]):
             rows.append({**head, "step": step, "lr": c["lr"][i], "accuracy": c["accuracy"][i],
                          "layer1": c["scores"][i][1], **{k: c[k][i] for k in MEASURED}})
+    return pd.DataFrame(rows)
+
+
+def precisions(doc: Mapping) -> pd.DataFrame:
+    """Per task of an early study, in TASKS' order: how its runs' training steps computed
+    (``result_kinds.run_policy``; "not recorded" for runs from before runs recorded it under
+    a profile that asks bf16, which trained in bf16 where their CPU had bf16 units) and the
+    seeds they hold."""
+    training = doc["provenance"]["training"]
+    rows = []
+    for task in TASKS:
+        runs = [r for r in doc["runs"] if r["task"] == task]
+        if not runs:
+            continue
+        policy = run_policy(runs[0], training)  # one per task: the file's check
+        rows.append({"task": task, "precision": policy or "not recorded (the profile "
+                     f"asked {training['precision']})",
+                     "seeds": ", ".join(str(s) for s in sorted({r["seed"] for r in runs}))})
     return pd.DataFrame(rows)
 
 

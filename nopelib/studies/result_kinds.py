@@ -20,8 +20,8 @@ from nopelib.rules.claims import LEARNED_AT
 from nopelib.studies.result_checks import (bad_value, check_complete, check_distinct, check_fields,
                                            check_layers, check_same, check_series, known_profile,
                                            layer_rows, profile_record)
-from nopelib.studies.result_schema import (ACCURACIES, EARLY_CURVE, EARLY_FULL_PREFIX,
-                                           EARLY_FULL_RUN, EARLY_RUN, EARLY_SHARES, EXTRA_RUN, GAP,
+from nopelib.studies.result_schema import (ACCURACIES, DTYPE_POLICIES, EARLY_CURVE,
+                                           EARLY_FULL_PREFIX, EARLY_FULL_RUN, EARLY_RUN, EARLY_SHARES, EXTRA_RUN, GAP,
                                            LONG_RUN, LOSSES, PRECISION_POLICY, PROVENANCE, REL_TOL,
                                            RUN, ResultsError, Rule, SECONDS, SEED_FIELD, SHARE,
                                            STEPS, int_rule, list_of, number_rule, object_rule,
@@ -201,6 +201,21 @@ EARLY_PROVENANCE_OPTIONAL: dict[str, Rule] = {
     "cpu_capability": (lambda v: isinstance(v, str) and bool(v), "torch's CPU capability")}
 
 
+def run_policy(run: dict, training: dict) -> str | None:
+    """How an early run's training steps computed: its ``dtype_policy``; for a run
+    from before runs recorded it, float32 where its file's profile record (``training``) asks
+    float32 (an early run trains on the CPU, which autocasts only when asked), else None:
+    bfloat16 where that CPU had bf16 units, which the file does not say."""
+    if "dtype_policy" in run:
+        return run["dtype_policy"]
+    return "float32" if training.get("precision", "float32") == "float32" else None
+
+
+# a run's precision, recorded since the early study of the paper's model trained each task in
+# the trained study's precision (files from before lack it)
+EARLY_RUN_OPTIONAL: dict[str, Rule] = {"dtype_policy": one_of(DTYPE_POLICIES)}
+
+
 def check_early(name: str, doc: dict) -> None:
     prov, runs = doc["provenance"], doc["runs"]
     try:  # the study's own profile, named apart from the profile it starts from
@@ -222,7 +237,11 @@ def check_early(name: str, doc: dict) -> None:
     n_test = min(prof.n_test, prof.n_eval)
     for i, run in enumerate(runs):
         where = f"{name}: runs[{i}]"
-        check_fields(where, run, {**EARLY_RUN, **(EARLY_FULL_RUN if full else {})})
+        check_fields(where, run, {**EARLY_RUN, **(EARLY_FULL_RUN if full else {})},
+                     EARLY_RUN_OPTIONAL)
+        if run.get("dtype_policy") == "autocast-bfloat16" and prof.precision != "bfloat16":
+            raise bad_value(f"{where}.dtype_policy", run["dtype_policy"],
+                            "float32: the study's profile (provenance.training) asks float32")
         extra = sorted(set(EARLY_FULL_RUN) & set(run))
         if not full and extra:
             raise ResultsError(f"{where} holds {extra}: the fields of a run to the end of its "
@@ -240,6 +259,13 @@ def check_early(name: str, doc: dict) -> None:
         check_series(f"{where}.curve", run["curve"], run["steps"],
                      {**series, "scores": layer_rows(layers)},
                      {"val_accuracy": ACCURACIES})
+    policies: dict[str, set] = {}
+    for run in runs:
+        policies.setdefault(run["task"], set()).add(run_policy(run, prov["training"]))
+    mixed = sorted(t for t, p in policies.items() if len(p) > 1)
+    if mixed:
+        raise ResultsError(f"{name}: the runs of {mixed} trained in more than one precision "
+                           "(dtype_policy, or none recorded): a task's runs share one")
     known_profile(name, prov)
     check_distinct(name, runs, ("task", "frozen", "seed"), ("curve", lambda r: r["curve"]))
 
