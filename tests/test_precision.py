@@ -104,7 +104,9 @@ def test_a_bf16_run_is_keyed_by_the_precision_that_ran(tmp_path, recwarn):
             assert dtype_policy("cpu", "float32") == "float32"  # asked for float32: float32
     assert policies == {True: "autocast-bfloat16", False: "float32"}
     assert keys[True] != keys[False]  # the precision that runs is part of the key
-    assert dtype_policy("cuda", "float32") == "autocast-bfloat16"  # CUDA always autocasts
+    # a GPU follows the profile: a task no check cleared is float32 there too
+    assert dtype_policy("cuda", "float32") == "float32"
+    assert dtype_policy("cuda", "bfloat16") == "autocast-bfloat16"
     # this CPU's own run: keyed and recorded by what it has
     expected = policies[bf16_available()]
     run = rc.train_or_load("addition", 0, bf, device="cpu", cache_dir=tmp_path, progress=False)

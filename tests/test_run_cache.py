@@ -111,7 +111,7 @@ def test_the_weights_checksum_is_recorded(tmp_path):
 def test_the_key_separates_device_type_dtype_policy_and_torch_version(monkeypatch):
     cpu = rc.run_key("addition", 0, TINY, "cpu")
     assert rc.run_key("addition", 0, TINY, torch.device("cpu")) == cpu
-    assert rc.run_key("addition", 0, TINY, "cuda") != cpu  # bfloat16 autocast: another run
+    assert rc.run_key("addition", 0, TINY, "cuda") != cpu  # another device: another run
     assert rc.run_key("addition", 0, TINY, "cuda:1") == rc.run_key("addition", 0, TINY, "cuda")
     monkeypatch.setattr(torch, "__version__", "0.0.0")
     assert rc.run_key("addition", 0, TINY, "cpu") != cpu

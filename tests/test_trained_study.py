@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 import nopelib.studies.trained_study as ts
+from nopelib.core.devices import dtype_policy
 from nopelib.core.model import GPTConfig
 from nopelib.rules import claims
 from nopelib.studies import committed, results
@@ -88,6 +89,9 @@ def test_a_study_trains_a_task_no_check_cleared_in_float32(tmp_path, monkeypatch
     assert run["key"] != run_key("ordering", 0, asks_bf16)
     cached = ts.cached_runs(asks_bf16, ["ordering"], [0], device="cpu")
     assert cached["ordering", 0].metrics["key"] == run["key"]
+    # on a GPU too: the task's profile trains it in float32 there (CUDA follows the profile)
+    assert dtype_policy("cuda", committed.task_profile(asks_bf16, "ordering").precision) == (
+        "float32")
 
 
 def test_an_edited_trajectory_is_refused(tmp_path):

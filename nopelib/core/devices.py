@@ -41,9 +41,11 @@ def bf16_available() -> bool:
 
 def dtype_policy(device_type: str, precision: str = "float32") -> str:
     """How ``train`` computes a step on a device type under a profile's ``precision``:
-    bfloat16 autocast on CUDA whatever the profile says; on the CPU, bfloat16 autocast when
-    the profile asks for it and the CPU has bf16 units (``bf16_available``), else float32."""
-    if device_type == "cuda":
+    bfloat16 autocast when the profile asks for it, on CUDA or on a CPU with bf16 units
+    (``bf16_available``), else float32. A GPU follows the profile as a CPU does, because
+    bf16 is adopted per task only where a committed check found it changes no verdict
+    (``committed.task_profile``): a task it changes trains in float32 on every device."""
+    if device_type == "cuda" and precision == "bfloat16":
         return "autocast-bfloat16"
     if device_type == "cpu" and precision == "bfloat16" and bf16_available():
         return "autocast-bfloat16"

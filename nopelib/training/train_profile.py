@@ -81,8 +81,8 @@ class TrainProfile:
     relearn_below: float = 0.0
     n_val: int = 0
     n_trajectory: int = 0  # fixed task inputs whose adjacency scores every curve point records
-    # the training step's precision on the CPU: "bfloat16" is autocast where the CPU has bf16
-    # units (train.dtype_policy; float32 elsewhere, with a warning); CUDA always autocasts
+    # the training step's precision: "bfloat16" is autocast on CUDA and on a CPU with bf16
+    # units (devices.dtype_policy; float32 on other CPUs, with a warning)
     precision: str = "float32"
 
     def __post_init__(self) -> None:
