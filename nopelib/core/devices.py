@@ -45,9 +45,8 @@ def dtype_policy(device_type: str, precision: str = "float32") -> str:
     (``bf16_available``), else float32. A GPU follows the profile as a CPU does, because
     bf16 is adopted per task only where a committed check found it changes no verdict
     (``committed.task_profile``): a task it changes trains in float32 on every device."""
-    if device_type == "cuda" and precision == "bfloat16":
-        return "autocast-bfloat16"
-    if device_type == "cpu" and precision == "bfloat16" and bf16_available():
+    if precision == "bfloat16" and (device_type == "cuda"
+                                    or (device_type == "cpu" and bf16_available())):
         return "autocast-bfloat16"
     return "float32"
 
