@@ -428,3 +428,45 @@ def test_the_text_initialisation_reading_alone_is_the_full_rules_first():
     assert set(alone["verdict"]) == {"holds"}
     with pytest.raises(ValueError, match="at least 3"):
         beyond_claims.text_init_claims(scores[scores.seed < 2])
+
+
+GRADUAL = claims.TRAINED_CLAIMS[5][1]
+
+
+def _gradual(phase_mean: list[float], noise: float = 0.005, seeds: int = 5):
+    rng = np.random.default_rng(1)
+    phase = np.array(phase_mean) + noise * rng.standard_normal((seeds, len(phase_mean)))
+    before = np.full_like(phase, 0.9)
+    table = _judge(before, phase, phase)
+    return table.set_index("reading").loc[GRADUAL]
+
+
+def test_layer_slope_is_the_least_squares_slope_over_layers_1_to_top():
+    scores = np.array([[0.5, 0.9, 0.8, 0.7, 0.1], [0.5, 0.1, 0.2, 0.3, 0.9]])
+    assert claims.layer_slope(scores, 3) == pytest.approx([-0.1, 0.1])
+    expected = [np.polyfit([1, 2, 3, 4], row[1:], 1)[0] for row in scores]
+    assert claims.layer_slope(scores, 4) == pytest.approx(expected)
+    with pytest.raises(ValueError, match="top=1"):
+        claims.layer_slope(scores, 1)
+
+
+def test_gradually_holds_on_a_steady_fall_fails_on_a_rise_cannot_tell_on_one_drop():
+    # layer 0, then layers 1..4: a steady fall, a steady rise, flat then one drop at the top
+    assert _gradual([0.5, 0.95, 0.9, 0.85, 0.8])["verdict"] == "holds"
+    assert _gradual([0.5, 0.8, 0.85, 0.9, 0.95])["verdict"] == "fails"
+    drop = _gradual([0.5, 0.92, 0.92, 0.92, 0.75])
+    # the slope over 1..4 is negative, but over 1..3 it is zero within noise
+    assert drop["verdict"] == "cannot tell" and drop["tests"] == 2
+    # the paper model's reversal means as committed: flat, then a drop at the last layer
+    flat_then_drop = _gradual([0.467, 0.917, 0.926, 0.93, 0.923, 0.913, 0.861], noise=0.02)
+    assert flat_then_drop["verdict"] != "holds"
+
+
+def test_gradually_needs_three_layers():
+    two = claims.trained_claims({"reversal": np.full((3, 3), 0.9)},
+                                {"reversal": np.full((3, 3), 0.9)},
+                                {"reversal": np.full((3, 3), 0.9)}, ["reversal"])
+    assert GRADUAL not in set(two["reading"])
+    four = claims.trained_claims(*({"reversal": _scores(0.9, 0.8)} for _ in range(3)),
+                                 ["reversal"])
+    assert sorted(four.loc[four["reading"] == GRADUAL, "layer"]) == [3, 4]

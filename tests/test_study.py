@@ -308,7 +308,8 @@ def test_rules_comparison_shows_both_rule_sets_and_why_a_verdict_moved():
     docs = {"reversal": {"runs": runs}}
     acc = committed.study_accuracy(committed.study_table(docs), PROFILES["study"].n_test)
     both = committed.rules_comparison(docs, acc)
-    assert len(both) == len(claims.TRAINED_CLAIMS)
+    # a 2-layer model: every reading but "falls gradually", which needs 3 layers
+    assert len(both) == len(claims.TRAINED_CLAIMS) - 1
     row = both.set_index("reading").loc[claims.TRAINED_CLAIMS[4][1]]
     assert row["verdict registered"] == "cannot tell" and row["verdict revised"] == "holds"
     assert "one-sided" in row["why it moved"]
@@ -361,7 +362,7 @@ def test_size_dependence_says_whether_a_verdict_moves_with_the_model():
     keys = [(c, r) for c, r in claims.TRAINED_CLAIMS]
     small = pd.DataFrame([dict(claim=c, reading=r, task="reversal", verdict="fails")
                           for c, r in keys])
-    big = small.assign(verdict=["fails", "holds", "cannot tell", "fails", "fails"])
+    big = small.assign(verdict=["fails", "holds", "cannot tell", "fails", "fails", "holds"])
     small.loc[3, "verdict"] = big.loc[3, "verdict"] = "cannot tell"
     out = committed.size_dependence({"4 x 96": small, "6 x 384": big}, ["reversal", "addition"])
     assert len(out) == 2 * len(keys)

@@ -193,7 +193,25 @@ TRAINED_CLAIMS = (
     (FIRST_KEEP, f"layer 1 at least {KEEPS_AT:g} through the learned phase"),
     (LATER_WEAKEN, "last layer below layer 1 through the learned phase"),
     (LATER_WEAKEN, "last layer below its initialisation through the learned phase"),
+    (LATER_WEAKEN, "falls gradually: slope over layers 1..L and over 1..L-1 below 0"),
 )
+# "Gradually" (registered 2026-12-05, before any run of the paper-model campaign finished; the
+# paper model's reversal seeds, its addition seed 1 and the whole 4 x 96 study came before it):
+# per seed, the least-squares slope of the learned-phase score over layers 1..L is below 0
+# (the score falls with depth), and so is the slope over layers 1..L-1 (it falls before the
+# last layer: a flat stack with one drop at the top is not "gradual"). Both tests of a task
+# must hold (intersection-union). A model of fewer than 3 layers has no such reading.
+GRADUAL_MIN_LAYERS = 3
+
+
+def layer_slope(scores: np.ndarray, top: int) -> np.ndarray:
+    """Per seed, the least-squares slope of ``scores`` [seeds, L+1] over layers 1..``top``:
+    score per layer of depth (negative where the score falls with depth)."""
+    layers = np.arange(1, top + 1, dtype=np.float64)
+    if len(layers) < 2:
+        raise ValueError(f"top={top!r}: a slope needs layers 1..top with top >= 2")
+    centred = layers - layers.mean()
+    return (scores[:, 1: top + 1] * centred).sum(1) / (centred ** 2).sum()
 
 
 def _trained_tests(task: str, before: np.ndarray, after: np.ndarray,
@@ -206,6 +224,9 @@ def _trained_tests(task: str, before: np.ndarray, after: np.ndarray,
     tests += [(*TRAINED_CLAIMS[2], 1, phase[:, 1], KEEPS_AT),
               (*TRAINED_CLAIMS[3], last, phase[:, 1] - phase[:, last], 0.0),
               (*TRAINED_CLAIMS[4], last, before[:, last] - phase[:, last], 0.0)]
+    if last >= GRADUAL_MIN_LAYERS:  # "above 0" on minus the slope: the score falls
+        tests += [(*TRAINED_CLAIMS[5], top, -layer_slope(phase, top), 0.0)
+                  for top in (last, last - 1)]
     return [dict(claim=claim, reading=reading, task=task, layer=layer, bound=bound,
                  above=True, unit=unit, value=value)
             for claim, reading, layer, values, bound in tests
