@@ -67,6 +67,32 @@ def test_holding_the_value_path_and_the_embedding_keeps_every_value_vector():
         assert torch.equal(values(init), values(model))
 
 
+def test_holding_block_1_s_mlp_keeps_it_while_its_attention_and_the_rest_train():
+    init = _initial(3)
+    model, _ = tr.train("reversal", 3, TINY, CPU, progress=False, frozen=["mlp"])
+    b0, b1 = init.transformer.h[0], model.transformer.h[0]
+    for name in ("ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+                 "mlp.c_proj.weight", "mlp.c_proj.bias"):
+        assert torch.equal(b0.get_parameter(name), b1.get_parameter(name)), name
+    assert not torch.equal(b0.attn.c_attn.weight, b1.attn.c_attn.weight)
+    assert not torch.equal(init.transformer.h[1].mlp.c_fc.weight,
+                           model.transformer.h[1].mlp.c_fc.weight)  # block 2's MLP trained
+    assert not torch.equal(init.transformer.wte.weight, model.transformer.wte.weight)
+
+
+def test_input_holds_the_embedding_the_blocks_read_and_trains_an_untied_head():
+    init = _initial(3)
+    model, _ = tr.train("reversal", 3, TINY, CPU, progress=False, frozen=["input"])
+    assert torch.equal(init.transformer.wte.weight, model.transformer.wte.weight)
+    head = model.lm_head.weight
+    assert head is not model.transformer.wte.weight  # untied: a parameter of its own
+    assert not torch.equal(head, init.transformer.wte.weight)  # and it trained
+    held, _ = tr.train("reversal", 3, TINY, CPU, progress=False, frozen=["embedding"])
+    assert torch.equal(held.lm_head.weight, init.transformer.wte.weight)  # tied and held
+    with pytest.raises(ValueError, match="'input' unties the head"):
+        Frozen(_initial(0), ["embedding", "input"])
+
+
 def test_an_unfrozen_run_moves_what_the_ablation_holds():
     init = _initial(3)
     model, metrics = tr.train("reversal", 3, TINY, CPU, progress=False)
@@ -107,7 +133,7 @@ def test_bad_parts_are_refused_before_training(parts, match):
 
 def test_restore_puts_back_what_an_optimizer_step_moved():
     model = random_model(TINY.model, seed=0).train()
-    held = Frozen(model, PARTS)
+    held = Frozen(model, [p for p in PARTS if p != "input"])  # input: a head of its own
     before = model.transformer.wte.weight.detach().clone()
     opt = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.5)
     idx = torch.randint(0, TINY.model.vocab_size, (2, 6))

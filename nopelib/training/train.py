@@ -90,13 +90,13 @@ def train(
 
     torch.manual_seed(seed)  # same draw as one_model.random_model(config, seed)
     model = GPT(profile.model).to(device).train()
+    held = Frozen(model, frozen) if frozen else None  # before the optimizer: it may untie
     opt = adamw(model.parameters(), profile)
     autocast = autocast_for(device, profile.precision)
     # a resumed run's own comes back from its checkpoint (the same numbers)
     run_fields = {"scores_init": trajectory_scores(model, texts)}
     if measure is not None:
         run_fields["measure_init"] = measure(model)
-    held = Frozen(model, frozen) if frozen else None
     resumable = (None if checkpoints is None
                  else Checkpointing.of_model(checkpoints, model, opt, run_fields))
 
