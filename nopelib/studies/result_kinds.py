@@ -20,12 +20,13 @@ from nopelib.rules.claims import LEARNED_AT
 from nopelib.studies.result_checks import (bad_value, check_complete, check_distinct, check_fields,
                                            check_layers, check_same, check_series, known_profile,
                                            layer_rows, profile_record)
-from nopelib.studies.result_schema import (ACCURACIES, DTYPE_POLICIES, EARLY_CURVE,
-                                           EARLY_FULL_PREFIX, EARLY_FULL_RUN, EARLY_RUN, EARLY_SHARES, EXTRA_RUN, GAP,
-                                           LONG_RUN, LOSSES, PRECISION_POLICY, PROVENANCE, REL_TOL,
-                                           RUN, ResultsError, Rule, SECONDS, SEED_FIELD, SHARE,
-                                           STEPS, int_rule, list_of, number_rule, object_rule,
-                                           one_of, rows_rule, text_rule)
+from nopelib.studies.result_schema import (ACCURACIES, CAMPAIGN_RUN, DTYPE_POLICIES, EARLY_CURVE,
+                                           EARLY_FULL_PREFIX, EARLY_FULL_RUN, EARLY_RUN,
+                                           EARLY_SHARES, EXTRA_RUN, GAP, LONG_RUN, LOSSES,
+                                           PRECISION_POLICY, PROVENANCE, REL_TOL, RUN,
+                                           ResultsError, Rule, SECONDS, SEED_FIELD, SHARE, STEPS,
+                                           int_rule, list_of, number_rule, object_rule, one_of,
+                                           rows_rule, text_rule)
 from nopelib.training.text_lm import TextProfile, lengths_for
 from nopelib.training.train_profile import PRECISIONS, TrainProfile
 
@@ -114,6 +115,21 @@ def _check_long_rows(where: str, run: dict, T: int, layers: int) -> None:
     if missing:
         raise ResultsError(f"{where}.order lacks [layer, octave, d] {list(missing[0])}: every "
                            f"layer 0..{last} at each (octave, d) of predicted_order")
+
+
+def check_campaign(name: str, doc: dict) -> None:
+    """The campaign's ledger: each record a run's part in one sitting, the steps it reached
+    no fewer than it began from, a run at most once a sitting."""
+    for i, run in enumerate(doc["runs"]):
+        where = f"{name}: runs[{i}]"
+        check_fields(where, run, CAMPAIGN_RUN)
+        if run["to_step"] < run["from_step"]:
+            raise bad_value(f"{where}.to_step", run["to_step"],
+                            f"at least from_step ({run['from_step']})")
+        if run["until"] < run["started"]:
+            raise bad_value(f"{where}.until", run["until"],
+                            f"not before the sitting started ({run['started']})")
+    check_distinct(name, doc["runs"], ("key", "started"))
 
 
 def check_kernels(name: str, doc: dict) -> None:

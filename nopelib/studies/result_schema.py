@@ -22,7 +22,8 @@ from nopelib.training.launch import BACKENDS
 from nopelib.training.train_profile import MAX_SEED, PRECISIONS
 
 
-KINDS = ("recipe", "grid", "trained", "long", "kernels", "precision", "early", "text")
+KINDS = ("recipe", "grid", "trained", "long", "kernels", "precision", "early", "text",
+         "campaign")
 MAX_BYTES = 64 * 2**20  # a committed result is kilobytes to a few megabytes
 # the deepest field of any schema is 7 levels down (a trained run's similarity matrices:
 # runs, run, matrices, layers, matrix, row); deeper nesting is no result file
@@ -130,6 +131,10 @@ EXTRA_PROVENANCE: dict[str, dict[str, Rule]] = {
              "training": object_rule("the text profile's fields"),
              "unigram_bpc": (number_rule(0.0), "a finite number >= 0"),
              "windows": object_rule("an object with n, seed and split")},
+    "campaign": {"profile": (text_rule, "a profile name"),
+                 "queue": (lambda v: isinstance(v, list) and bool(v) and all(
+                     isinstance(e, list) and len(e) == 2 and e[0] in TASKS
+                     and SEED_FIELD[0](e[1]) for e in v), "a list of [task, seed] pairs")},
     "precision": {"profile": (text_rule, "a profile name"), "steps": STEPS,
                   "rule": (text_rule, "the rule's text"),
                   "verdict": one_of(("no change", "changes")),
@@ -192,6 +197,20 @@ EXTRA_RUN: dict[str, dict[str, Rule]] = {
     "precision": {"precision": one_of(PRECISIONS), "dtype_policy": one_of(DTYPE_POLICIES),
                   "steps": STEPS, "step_ms": SECONDS,
                   "curve": object_rule("an object with step, accuracy, val_accuracy and scores")},
+}
+# one run's part in one sitting of the paper-model campaign (nopelib.studies.campaign)
+CAMPAIGN_RUN: dict[str, Rule] = {
+    "task": _TASK, "seed": SEED_FIELD,
+    "key": EXTRA_RUN["trained"]["key"],
+    "from_step": (int_rule(0), "an integer >= 0"),
+    "to_step": (int_rule(0), "an integer >= 0"),
+    "steps_lost": (int_rule(0), "an integer >= 0"),
+    "wall_seconds": SECONDS,
+    "finished": (lambda v: isinstance(v, bool), "true or false"),
+    "commit": PROVENANCE["commit"], "machine": PROVENANCE["machine"],
+    "cpu_capability": (text_rule, "torch's CPU capability"),
+    "started": (iso_date, "an ISO 8601 date"), "until": (iso_date, "an ISO 8601 date"),
+    "streams": (int_rule(1, 2), "1 or 2"),
 }
 # fields the trained study's writer added after the first files were committed: a run holds
 # all of them or none, and every run of a file alike

@@ -42,8 +42,8 @@ import torch
 
 from nopelib.store import cache
 from nopelib.studies.result_checks import check_depth, check_fields
-from nopelib.studies.result_kinds import (check_early, check_kernels, check_long, check_precision,
-                                          check_text)
+from nopelib.studies.result_kinds import (check_campaign, check_early, check_kernels,
+                                          check_long, check_precision, check_text)
 from nopelib.studies.result_runs import check_grid, check_recipe, check_trained
 from nopelib.studies.result_schema import (EXTRA_PROVENANCE, KINDS, MAX_BYTES, MAX_DEPTH,
                                            PROVENANCE, ResultsError, kind_of)
@@ -55,7 +55,7 @@ RESULTS_DIR = cache.PACKAGE_DIR.parent / "book" / "results"
 _KIND_CHECKS: dict[str, Callable[[str, dict], None]] = {
     "recipe": check_recipe, "grid": check_grid, "trained": check_trained,
     "long": check_long, "kernels": check_kernels, "precision": check_precision,
-    "early": check_early, "text": check_text,
+    "early": check_early, "text": check_text, "campaign": check_campaign,
 }
 
 
