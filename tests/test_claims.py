@@ -470,3 +470,36 @@ def test_gradually_needs_three_layers():
     four = claims.trained_claims(*({"reversal": _scores(0.9, 0.8)} for _ in range(3)),
                                  ["reversal"])
     assert sorted(four.loc[four["reading"] == GRADUAL, "layer"]) == [3, 4]
+
+
+STEPS = list(range(0, 1001, 100))
+
+
+def _curve(loss_end: float, fall_to: float, fall_at: int = 300) -> tuple:
+    """A run's early curve: training loss falling linearly from 3.0 to ``loss_end``, layer 1
+    at 0.9 until ``fall_at``, then at ``fall_to``."""
+    loss = list(np.linspace(3.0, loss_end, len(STEPS)))
+    layer1 = [0.9 if s < fall_at else fall_to for s in STEPS]
+    return STEPS, loss, layer1
+
+
+def test_the_matched_loss_rule_reads_an_ablation_where_it_learned_as_far():
+    base = {s: _curve(1.0, 0.4) for s in range(3)}  # falls at 300, loss there 2.4
+    kept = {s: _curve(1.0, 0.85) for s in range(3)}
+    assert beyond_claims.matched_cause(base, kept) == "explains"
+    fell = {s: _curve(1.0, 0.5, fall_at=200) for s in range(3)}
+    assert beyond_claims.matched_cause(base, fell) == "does not explain"
+    # an ablated model that never learns as far says nothing, however high its layer 1
+    stuck = {s: _curve(2.9, 0.95) for s in range(3)}
+    assert beyond_claims.matched_cause(base, stuck) == "not matched"
+    # falls later than the matched step: at matched loss it still holds the pattern
+    late = {s: _curve(1.0, 0.3, fall_at=900) for s in range(3)}
+    assert beyond_claims.matched_cause(base, late) == "explains"
+    mixed = {0: _curve(1.0, 0.85), 1: _curve(1.0, 0.85), 2: _curve(1.0, 0.5, fall_at=200)}
+    assert beyond_claims.matched_cause(base, mixed) == "cannot tell"
+    assert beyond_claims.matched_cause({s: _curve(1.0, 0.9) for s in range(3)},
+                                       kept) == "no collapse"
+    assert beyond_claims.matched_cause({0: base[0], 1: base[1]},
+                                       {0: kept[0], 1: kept[1]}) == "cannot tell"
+    assert beyond_claims.fall_loss(*base[0]) == (300, pytest.approx(2.4))
+    assert beyond_claims.matched_step(STEPS, base[0][1], 2.4 + 1e-9) == 300

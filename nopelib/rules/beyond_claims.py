@@ -137,6 +137,69 @@ def collapse_cause(base: Mapping[int, float], ablated: Mapping[int, float]) -> s
     return "cannot tell"
 
 
+# The cause rule at matched training loss (registered 2026-12-05, before any run of the 'mlp'
+# or 'input' ablations and before any comparison at matched loss was computed): an ablation
+# whose model learns less has changed less, so "layer 1 falls less" may only say "the model
+# has not learned". The ablated run is read where it has learned as far as the unablated run
+# had when its layer 1 fell: at the first curve point whose training loss is at most the
+# unablated run's loss at its fall.
+MATCHED_VERDICTS = ("explains", "does not explain", "not matched", "no collapse", "cannot tell")
+MATCHED_RULE = (f"per task and ablation, the seed as the unit: the unablated run's matched "
+                f"loss is its training loss at the first curve point up to step "
+                f"{EARLY_STEPS:,} where layer 1 is below {COLLAPSED_BELOW}; the ablated run of "
+                f"the same seed is read at the first curve point whose training loss is at "
+                f"most that (its matched step), on layer 1's lowest score up to there. "
+                f"'explains' when on every seed the unablated run falls and the ablated run "
+                f"reaches the matched loss with layer 1 never below {KEEPS_AT}; 'does not "
+                f"explain' when on every seed it reaches it with layer 1 below "
+                f"{COLLAPSED_BELOW}; 'not matched' when some ablated run never reaches the "
+                f"matched loss in the window (it has not learned as far: no verdict); 'no "
+                f"collapse' when no unablated run falls; otherwise, or with fewer than "
+                f"{MIN_CAUSE_SEEDS} paired seeds, 'cannot tell'")
+
+
+def fall_loss(steps: Sequence[int], loss: Sequence[float], layer1: Sequence[float]
+              ) -> tuple[int, float] | None:
+    """The first curve step up to EARLY_STEPS where ``layer1`` is below COLLAPSED_BELOW and
+    the training loss there; None when it never is."""
+    for step, value, score in zip(steps, loss, layer1, strict=True):
+        if step <= EARLY_STEPS and score < COLLAPSED_BELOW:
+            return int(step), float(value)
+    return None
+
+
+def matched_step(steps: Sequence[int], loss: Sequence[float], target: float) -> int | None:
+    """The first curve step up to EARLY_STEPS whose training loss is at most ``target``."""
+    return next((int(s) for s, v in zip(steps, loss, strict=True)
+                 if s <= EARLY_STEPS and np.isfinite(v) and v <= target), None)
+
+
+Curve = tuple[Sequence[int], Sequence[float], Sequence[float]]  # steps, loss, layer-1 score
+
+
+def matched_cause(base: Mapping[int, Curve], ablated: Mapping[int, Curve]) -> str:
+    """The verdict of ``MATCHED_RULE`` for one task and ablation: ``base`` and ``ablated``
+    map each seed to its run's curve (steps, training loss, layer-1 score)."""
+    if set(base) != set(ablated) or len(base) < MIN_CAUSE_SEEDS:
+        return "cannot tell"
+    falls = {seed: fall_loss(*curve) for seed, curve in base.items()}
+    if not any(falls.values()):
+        return "no collapse"
+    if not all(falls.values()):
+        return "cannot tell"
+    lowest = {}
+    for seed, (steps, loss, layer1) in ablated.items():
+        step = matched_step(steps, loss, falls[seed][1])
+        if step is None:
+            return "not matched"
+        lowest[seed] = window_min(steps, layer1, until=step)
+    if all(v >= KEEPS_AT for v in lowest.values()):
+        return "explains"
+    if all(v < COLLAPSED_BELOW for v in lowest.values()):
+        return "does not explain"
+    return "cannot tell"
+
+
 def across_kernels(verdicts: Sequence[str]) -> str:
     """One task and ablation's ``collapse_cause`` verdicts under several CPU kernel sets (the
     same study rerun under each): the verdict when they all agree, "cannot tell" when they
