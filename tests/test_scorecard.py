@@ -380,8 +380,9 @@ def test_a_trained_study_in_flight_is_not_judged_on_the_scorecard(monkeypatch):
         rows[0]["measured"]
 
 
-def test_text_rows_judge_the_initialisation_live_and_leave_the_trained_untested(monkeypatch):
-    from nopelib.studies import text_study
+def test_text_rows_judge_the_initialisation_live_and_the_trained_on_the_committed_study(
+        monkeypatch):
+    from nopelib.studies import results, text_study
 
     seeds, lengths = [0, 1, 2], [32, 64, 128, 256, 512, 1024]
     frame = pd.DataFrame([dict(encoding="none", stage="init", seed=s, layer=layer, length=n,
@@ -393,4 +394,19 @@ def test_text_rows_judge_the_initialisation_live_and_leave_the_trained_untested(
     assert [r["claim"] for r in rows] == [c for c, _ in beyond_claims.TEXT_CLAIMS]
     assert all(r["claim"].startswith("beyond") and "text.html#" in r["section"] for r in rows)
     assert rows[0]["verdict"] == "replicates" and "0.9" in rows[0]["measured"]
+    committed = results.load_all("text")
+    if "text_text.json" in committed:  # the trained readings are judged on it
+        assert "untested" not in {r["verdict"] for r in rows[1:]}
+        assert all("text_text.json" in r["evidence"] for r in rows[1:])
+    # without a committed study, or with too few seeds, the trained readings are untested
+    monkeypatch.setattr(results, "load_all", lambda kind: {})
+    rows = scorecard.text_rows()
     assert {r["verdict"] for r in rows[1:]} == {"untested"}
+    assert "no committed text study" in rows[1]["measured"]
+    if "text_text.json" in committed:
+        doc = committed["text_text.json"]
+        few = {**doc, "runs": [r for r in doc["runs"] if r["seed"] == 0]}
+        monkeypatch.setattr(results, "load_all", lambda kind: {"text_text.json": few})
+        rows = scorecard.text_rows()
+        assert {r["verdict"] for r in rows[1:]} == {"untested"}
+        assert "not judged" in rows[1]["measured"]
