@@ -64,9 +64,9 @@ from nopelib.store.cache import resolve_cache_dir
 from nopelib.store.checkpoint import RunCheckpoints
 from nopelib.store.memo import is_cached, memo
 from nopelib.store.memo_key import call_key
-from nopelib.studies import results
+from nopelib.studies import result_guard, results
 from nopelib.studies.committed import task_profile
-from nopelib.studies.result_kinds import run_policy
+from nopelib.studies.early_kept import kept_runs
 from nopelib.studies.result_schema import EARLY_FULL_PREFIX
 from nopelib.studies.one_model import random_model
 from nopelib.training.gate import training_time_problem
@@ -228,49 +228,33 @@ def jobs(profile: str, tasks: Sequence[str], seeds: Sequence[int],
     return [(t, s, profile, ABLATIONS[a]) for t in tasks for a in ablations for s in seeds]
 
 
-def kept_runs(path: Path, training: dict,
-              todo: Sequence[tuple[str, int, str, tuple[str, ...]]]) -> tuple[list[dict], list]:
-    """The runs of the committed file at ``path`` that this invocation keeps: those of the same
-    study profile (``training``, its record) whose (task, seed, frozen parts) ``todo`` does not
-    compute, and the invocations they came from (the file's ``kept_from``, then its own
-    command, commit and date). A study grows by what it adds: none without a file or under
-    another profile record. An unreadable file, or one trained under other CPU kernels (its
-    ``cpu_capability``), raises ResultsError: it is not overwritten unread, and one file holds
-    one kernel set. So does a kept run of a task ``todo`` computes that trained in another
-    precision than this CPU trains that task in (``run_policy``): one task, one precision."""
-    if not path.is_file():
-        return [], []
-    old = results.load(path)
-    prov = old["provenance"]
-    if prov["training"] != json.loads(json.dumps(training)):  # tuples as the file has them
-        return [], []
-    here = torch.backends.cpu.get_cpu_capability()
-    if prov.get("cpu_capability", here) != here:  # one file, one kernel set
-        raise results.ResultsError(
-            f"{path}: its runs trained under the {prov['cpu_capability']} kernels and this "
-            f"process runs {here}; a study under another kernel set is written to its own "
-            "file (--out)")
-    mine = {(task, seed, tuple(frozen)) for task, seed, _, frozen in todo}
-    kept = [r for r in old["runs"] if (r["task"], r["seed"], tuple(r["frozen"])) not in mine]
-    now = {task: dtype_policy("cpu", task_profile(get_profile(profile), task).precision)
-           for task, _, profile, _ in todo}
-    other = sorted({r["task"] for r in kept
-                    if r["task"] in now and run_policy(r, training) != now[r["task"]]})
-    if other:
-        raise results.ResultsError(
-            f"{path}: its runs of {other} trained in another precision than this CPU trains "
-            f"them in ({', '.join(f'{t} {now[t]}' for t in other)}) or record none; a task's "
-            "runs share one precision: run every seed and ablation of these tasks again")
-    if not kept:
-        return [], []
-    return kept, [*prov.get("kept_from", []), {k: prov[k] for k in ("command", "commit", "date")}]
-
-
 def run_order(runs: Sequence[dict]) -> list[dict]:
     """``runs`` in the file's order: task, then ablation, then seed."""
     tasks, names = list(TASKS), list(ABLATIONS)
     return sorted(runs, key=lambda r: (tasks.index(r["task"]),
                                        names.index(ablation_name(r["frozen"])), r["seed"]))
+
+
+def contents(runs: Sequence[dict]) -> dict:
+    """What a file of ``runs`` holds, as its provenance names it: tasks, seeds, ablations."""
+    return {"tasks": [t for t in TASKS if any(r["task"] == t for r in runs)],
+            "seeds": sorted({r["seed"] for r in runs}),
+            "ablations": [a for a in ABLATIONS if any(ablation_name(r["frozen"]) == a
+                                                      for r in runs)]}
+
+
+def grown(path: Path, old: dict | None, doc: dict, todo: Sequence[tuple],
+          replace: Sequence[int]) -> dict:
+    """What a write of this invocation's ``doc`` (the runs of ``todo``) leaves at ``path``,
+    whose committed document is ``old`` as re-read when it writes (another invocation may
+    have added runs since this one started): the committed runs it keeps
+    (``early_kept.kept_runs``) beside its own, in the file's order, and a provenance that
+    names what the file holds and the invocations the kept runs came from (``kept_from``)."""
+    prov = doc["provenance"]
+    kept, kept_from = kept_runs(path, old, prov["training"], todo, replace)
+    runs = run_order([*kept, *doc["runs"]])
+    return {"provenance": {**prov, **contents(runs),
+                           **({"kept_from": kept_from} if kept_from else {})}, "runs": runs}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,7 +300,6 @@ def ablation_name(frozen: Sequence[str]) -> str:
     raise ValueError(f"frozen={list(frozen)!r} is no ablation of {list(ABLATIONS)}")
 
 
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m nopelib.studies.early_study",
                                      description=__doc__.split("\n\n")[0])
@@ -333,6 +316,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None,
                         help="default: book/results/early_<profile>.json (--full: "
                              "early_full_<profile>.json)")
+    parser.add_argument("--replace", nargs="+", type=int, default=[], metavar="SEED",
+                        help="seeds whose committed runs may go: those of a file trained under "
+                             "another profile record (default: such a write is refused)")
     args = parser.parse_args(argv)
     from nopelib.core.params import Int, check_args
 
@@ -376,24 +362,22 @@ def main(argv: list[str] | None = None) -> None:
     steps, every = ((max(prof.for_task(t).steps for t in TASKS), prof.curve_every)
                     if full else WINDOWS[args.profile])
     training = (prof if full else early_profile(prof, steps, every)).record()
-    try:
-        kept, kept_from = kept_runs(out, training, jobs(args.profile, args.tasks, seeds,
-                                                        ablations))
-    except results.ResultsError as exc:
+    everything = jobs(args.profile, args.tasks, seeds, ablations)
+    try:  # before any training: the file as it stands now
+        kept_runs(out, results.load(out) if out.is_file() else None, training, everything,
+                  args.replace)
+    except (results.ResultsError, result_guard.Refused) as exc:
         parser.error(str(exc))
-    runs = run_order([*kept, *run_study(args.profile, args.tasks, seeds, ablations,
-                                        args.workers, full)])
+    runs = run_study(args.profile, args.tasks, seeds, ablations, args.workers, full)
     doc = {"provenance": results.provenance(
         "python -m nopelib.studies.early_study", argv, start, profile=args.profile,
         training=training, window=steps, every=every,
-        cpu_capability=torch.backends.cpu.get_cpu_capability(),
-        tasks=[t for t in TASKS if any(r["task"] == t for r in runs)],
-        seeds=sorted({r["seed"] for r in runs}),
-        ablations=[a for a in ABLATIONS if any(ablation_name(r["frozen"]) == a for r in runs)],
-        **({"kept_from": kept_from} if kept_from else {})), "runs": runs}
-    results.write(out, doc, "early")
-    print(f"wrote {out}: {len(runs)} runs ({len(kept)} kept from the committed file) in "
-          f"{time.perf_counter() - start:.0f} s")
+        cpu_capability=torch.backends.cpu.get_cpu_capability(), **contents(runs)),
+        "runs": run_order(runs)}
+    written = results.write(out, doc, "early", merge=lambda old, new: grown(
+        out, old, new, everything, args.replace))
+    print(f"wrote {out}: {len(written['runs'])} runs ({len(written['runs']) - len(runs)} kept "
+          f"from the committed file) in {time.perf_counter() - start:.0f} s")
 
 
 if __name__ == "__main__":

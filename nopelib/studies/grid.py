@@ -37,7 +37,7 @@ from nopelib.core.model import GPTConfig
 from nopelib.core.tasks import TASKS, sample_inputs
 from nopelib.store import cache
 from nopelib.store.cache import commit_file
-from nopelib.studies import one_model, results
+from nopelib.studies import one_model, result_guard, results
 from nopelib.training.launch import BACKENDS, train_many
 from nopelib.training.profiles import PROFILES
 from nopelib.training.train_profile import TrainProfile
@@ -211,6 +211,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="the seeds of a task as one batched model (a GPU)")
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--gpu-fraction", type=float, default=None)
+    parser.add_argument("--replace", action="store_true",
+                        help="replace the file at --out (default: an existing file is refused)")
     args = parser.parse_args(argv)
     backend = args.backend or ("ray" if args.address else "local")
     if args.batched and backend == "local":  # --batched names the batched backend
@@ -239,6 +241,9 @@ def main(argv: list[str] | None = None) -> None:
     })
     if args.batched and backend not in ("local", "batched"):
         parser.error(f"--batched trains in this process: it cannot use --backend {backend}")
+    would = result_guard.summary("grid", {"grid": args.name, "backend": backend})
+    if problem := result_guard.single_problem(out, "grid", would, args.replace):
+        parser.error(problem)
     grid = get_grid(args.name)
     if not cluster:  # a cluster's devices and cores are not known here
         slow = training_time_problem(list(grid.profiles), len(grid.tasks) * len(grid.seeds),
@@ -255,7 +260,10 @@ def main(argv: list[str] | None = None) -> None:
         "python -m nopelib.studies.grid", argv, start, grid=grid.name, backend=backend,
         batched=args.batched, devices=sorted({r["device"] for r in rows}),
         trained=sum(not r["from_cache"] for r in rows))
-    write_summary(out, provenance, rows)
+    with results.locked(out):  # a file written meanwhile is replaced only with --replace
+        if not args.replace:
+            result_guard.refuse(result_guard.appeared_problem(out, would))
+        write_summary(out, provenance, rows)
     acc = np.mean([r["accuracy"] for r in rows])
     print(f"wrote {out}: {len(rows)} runs ({provenance['trained']} trained) in "
           f"{provenance['wall_seconds']:.1f} s; "

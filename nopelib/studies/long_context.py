@@ -45,7 +45,7 @@ from nopelib.core.model import GPTConfig
 from nopelib.core.params import SEED, Float, Int, ListOf
 from nopelib.core.stats import t_interval
 from nopelib.rules.beyond_claims import ORDER_LEVEL
-from nopelib.studies import results
+from nopelib.studies import result_guard, results
 from nopelib.studies.one_model import length_tokens, random_model
 
 ROWS_PER_OCTAVE = 256  # rows sampled (evenly) from each octave of positions
@@ -346,6 +346,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--windows", type=int, nargs="*", default=[64],
                         help="sliding windows, at the base width")
+    parser.add_argument("--replace", action="store_true",
+                        help="replace the file at --out (default: an existing file is refused)")
     args = parser.parse_args(argv)
     from nopelib.core.params import OutPath, check_args
 
@@ -359,12 +361,17 @@ def main(argv: list[str] | None = None) -> None:
         "--seeds": (args.seeds, SEEDS.costing(joint_cost("--"))),
         "--windows": (args.windows, _windows("--", min_len=0)),
     })
+    would = result_guard.summary("long", {"T": args.T, "n_embd": args.widths,
+                                          "window": args.windows, "seed": args.seeds})
+    if problem := result_guard.single_problem(args.out, "long", would, args.replace):
+        parser.error(problem)
     start = time.perf_counter()
     runs = study(args.widths, args.seeds, args.T, args.windows)
     doc = {"provenance": results.provenance("python -m nopelib.studies.long_context", argv, start,
                                             T=args.T, base=GPTConfig().to_dict()),
            "runs": runs}
-    results.write(args.out, doc, "long")
+    results.write(args.out, doc, "long",
+                  merge=None if args.replace else result_guard.unwritten(args.out, would))
     print(f"wrote {args.out}: {len(runs)} runs in {time.perf_counter() - start:.0f} s")
 
 

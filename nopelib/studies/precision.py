@@ -41,7 +41,7 @@ import torch
 from nopelib.core.devices import bf16_available
 from nopelib.core.tasks import TASKS
 from nopelib.rules.bf16 import RULE, gaps, verdict
-from nopelib.studies import results
+from nopelib.studies import result_guard, results
 from nopelib.studies.trained_study import study_profiles
 from nopelib.training.launch import train_many
 from nopelib.training.profiles import PROFILES, get_profile
@@ -93,6 +93,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--out-dir", default=str(results.RESULTS_DIR))
+    parser.add_argument("--replace", action="store_true",
+                        help="replace the committed check of these tasks (default: refused)")
     args = parser.parse_args(argv)
     from nopelib.core.params import SEED, Choice, Int, ListOf, OutPath, check_args
     from nopelib.training.gate import training_time_problem
@@ -115,6 +117,11 @@ def main(argv: list[str] | None = None) -> None:
         "--out-dir": (args.out_dir, OutPath(folder=True).where(
             lambda _, f: not out.is_dir(), f"a folder in which {out.name} is not a folder")),
     })
+    would = result_guard.summary("precision", {"profile": args.profile, "steps": args.steps,
+                                               "task": args.tasks, "seed": args.seeds})
+    if problem := result_guard.single_problem(out, "precision", would, args.replace,
+                                              "--out-dir"):
+        parser.error(problem)
     if not bf16_available():
         parser.error("this CPU has no bf16 units (torch.ops.mkldnn._is_mkldnn_bf16_supported"
                      "() is False): bf16 autocast would fall back to float32, nothing to check")
@@ -136,7 +143,8 @@ def main(argv: list[str] | None = None) -> None:
         rule=RULE, verdict=verdict(table), training=base.record(),
         cpu_capability=torch.backends.cpu.get_cpu_capability()),
         "runs": records, "gaps": table.to_dict("records")}
-    results.write(out, doc, "precision")
+    results.write(out, doc, "precision", merge=None if args.replace
+                  else result_guard.unwritten(out, would, "--out-dir"))
     print(table.round(4).to_string(index=False))
     print(speed(records).round(2).to_string())
     print(f"verdict: {verdict(table)}; wrote {out} in {time.perf_counter() - start:.0f} s")

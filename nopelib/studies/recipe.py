@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from nopelib.core.tasks import TASKS
-from nopelib.studies import results
+from nopelib.studies import result_guard, results
 from nopelib.training.launch import train_many, train_missing
 from nopelib.training.profiles import PROFILES, get_profile
 from nopelib.training.train_profile import RECIPE_ENCODINGS, TrainProfile
@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--scale", type=int, default=4, help="multiple of the profile's steps")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--replace", action="store_true",
+                        help="replace the file at --out (default: an existing file is refused)")
     args = parser.parse_args(argv)
     from nopelib.core.params import SEED, Choice, Device, Int, ListOf, OutPath, check_args
     from nopelib.training.gate import training_time_problem
@@ -75,6 +77,10 @@ def main(argv: list[str] | None = None) -> None:
                                     "run")),
         "--device": (args.device, Device()),
     })
+    would = result_guard.summary("recipe", {"profile": args.profile, "scale": args.scale,
+                                            "task": args.tasks, "seed": args.seeds})
+    if problem := result_guard.single_problem(args.out, "recipe", would, args.replace):
+        parser.error(problem)
     base = get_profile(args.profile)  # resolved once, passed on
     # each run costed as a learned-position one, the larger model
     slow = training_time_problem(base.scaled(args.scale, "learned"),
@@ -93,7 +99,8 @@ def main(argv: list[str] | None = None) -> None:
             training=base.record()),
         "runs": rows,
     }
-    results.write(args.out, result, "recipe")
+    results.write(args.out, result, "recipe",
+                  merge=None if args.replace else result_guard.unwritten(args.out, would))
     print(f"wrote {args.out}: {len(rows)} runs in {result['provenance']['wall_seconds']} s")
 
 

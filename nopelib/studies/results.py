@@ -19,20 +19,24 @@ it is read further. The folder is found from the package, not the working direct
 papermill run from anywhere finds the committed studies. ``check_all`` reads every file; the
 trained chapter calls it when it starts, before any training. A study writes its file through
 ``write``, which validates it the same way and commits it atomically, with the ``provenance``
-every study records (command, commit, machine, torch, wall time, date). The schemas are
+every study records (command, commit, machine, torch, wall time, date), under the file's lock
+with the file re-read (two invocations writing one study merge their runs, and
+``result_guard`` refuses a write that would replace a committed result not named). The schemas are
 ``result_schema``'s, the checks every kind shares ``result_checks``', and each kind's own checks
 ``result_runs``' (recipe, grid, trained) and ``result_kinds``' (the others).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import platform
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -191,9 +195,33 @@ def dumps(doc: object, indent: str = "") -> str:
     return json.dumps(doc)
 
 
-def write(path: Path, doc: dict, kind: str) -> None:
+@contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold the advisory lock of the result file ``path``: an exclusive ``flock`` on its folder
+    (no lock file is left beside the results), so the writers of one file take turns and none
+    writes over a run another wrote after it read the file. Writes are seconds: the writers
+    of one folder's other files wait that long at most."""
+    cache.make_dirs(path.parent)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(folder)  # releases the lock
+
+
+def write(path: Path, doc: dict, kind: str,
+          merge: Callable[[dict | None, dict], dict] | None = None) -> dict:
     """Validate a study's document as a result of ``kind``, then write it atomically (the
-    chapters find a committed file by its name: ``<kind>_*.json``)."""
-    validate(doc, kind, str(path))
-    _check_name(path, doc, kind)
-    cache.commit_file(path, (dumps(doc) + "\n").encode())
+    chapters find a committed file by its name: ``<kind>_*.json``). Under the file's lock,
+    ``merge`` is given the file's document as it stands at that moment (re-read and validated,
+    None without a file: another invocation may have written it since this one read it) and
+    ``doc``, and returns the document to write, or raises to refuse the write. Returns the
+    document written."""
+    with locked(path):
+        if merge is not None:
+            doc = merge(load(path) if path.exists() else None, doc)
+        validate(doc, kind, str(path))
+        _check_name(path, doc, kind)
+        cache.commit_file(path, (dumps(doc) + "\n").encode())
+    return doc

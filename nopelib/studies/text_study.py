@@ -41,7 +41,7 @@ from nopelib.rules import beyond_claims
 from nopelib.store.cache import resolve_cache_dir
 from nopelib.store.checkpoint import RunCheckpoints
 from nopelib.store.memo import is_cached, memo
-from nopelib.studies import results
+from nopelib.studies import result_guard, results
 from nopelib.studies.probe_study import sequences_for
 from nopelib.training.text_lm import (ENCODINGS, TEXT_PROFILES, TextProfile, bits_per_char,
                                       get_text_profile, layer_scores, lengths_for, run_key, sample,
@@ -200,6 +200,25 @@ def run_study(profile: str, encodings: list[str], seeds: list[int],
         return list(pool.map(_one, todo))
 
 
+def drop_problem(path: Path, old: dict | None, profile: TextProfile, encodings: list[str],
+                 seeds: list[int], replace: list[int]) -> str | None:
+    """Why writing the (encoding, seed) runs of ``profile`` over ``old``, the committed
+    document at ``path`` (None: no file), is refused: it would drop committed runs whose seeds
+    ``replace`` does not name: every run of a file trained under another profile record (one
+    file holds one), else those this invocation does not compute (a run it computes replaces
+    its committed one)."""
+    if old is None:
+        return None
+    would = result_guard.summary("text", {"profile": profile.name, "encoding": encodings,
+                                          "seed": seeds})
+    mine = {(e, s) for e in encodings for s in seeds}
+    return (result_guard.stale_problem(path, old, would, profile.record(), replace)
+            or result_guard.dropped_problem(
+                path, old, would, [r["seed"] for r in old["runs"]
+                                   if (r["encoding"], r["seed"]) not in mine], replace,
+                "this command does not compute them again"))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m nopelib.studies.text_study",
                                      description=__doc__.split("\n\n")[0])
@@ -212,6 +231,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="training processes (one thread each)")
     parser.add_argument("--out", type=Path, default=None,
                         help="default: book/results/text_<profile>.json")
+    parser.add_argument("--replace", nargs="+", type=int, default=[], metavar="SEED",
+                        help="seeds whose committed runs this write may drop (default: a write "
+                             "that would drop one is refused)")
     args = parser.parse_args(argv)
     from nopelib.core.params import Int, check_args
     from nopelib.training.gate import training_time_problem
@@ -228,6 +250,13 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--out={str(out)!r}: the file must be named text_<name>.json")
     if not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
         parser.error(f"--out={str(out)!r}: {str(out.parent)!r} is not a writable folder")
+    guard = (prof, args.encodings, seeds, args.replace)
+    try:  # before any training: the file as it stands now
+        problem = drop_problem(out, results.load(out) if out.is_file() else None, *guard)
+    except results.ResultsError as exc:
+        problem = f"{exc}; move the file aside or mend it"
+    if problem:
+        parser.error(problem)
     from nopelib.studies.text_study import text_run as run  # the key _one caches it under
 
     todo = [job for job in jobs(prof.name, args.encodings, seeds) if not is_cached(run, *job)]
@@ -244,7 +273,12 @@ def main(argv: list[str] | None = None) -> None:
         windows={"n": beyond_claims.TEXT_WINDOWS, "seed": beyond_claims.TEXT_WINDOW_SEED,
                  "split": "test"},
         unigram_bpc=unigram_bits(load())), "runs": runs}
-    results.write(out, doc, "text")
+
+    def checked(old: dict | None, new: dict) -> dict:  # the file as it stands when written
+        result_guard.refuse(drop_problem(out, old, *guard))
+        return new
+
+    results.write(out, doc, "text", merge=checked)
     print(f"wrote {out}: {len(runs)} runs in {time.perf_counter() - start:.0f} s")
 
 

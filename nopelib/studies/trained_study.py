@@ -28,7 +28,9 @@ it read from the cache and how many it kept from the committed file. A file grow
 and never shrinks: a committed run is kept over this invocation's run of its seed unless
 ``--replace SEED ...`` names the seed, and a kept run that this invocation would train under
 another run key (other training sources, device or precision) is refused before any
-training.
+training; so is a file trained under an older record of the profile unless ``--replace`` names
+every seed it holds (``kept_runs``: a profile change never drops runs silently). Each write
+re-reads the file under its lock (``results.write``), so two invocations merge their runs.
 
 On the CPU, training expected to take over an hour (each run as long as the longest committed
 run of its tasks, on one process per core) needs ``NOPELIB_ALLOW_SLOW=1``
@@ -51,7 +53,7 @@ from nopelib.core.probe import RidgeConfig
 from nopelib.core.tasks import TASKS, get_task
 from nopelib.rules import claims
 from nopelib.store.cache import resolve_cache_dir
-from nopelib.studies import results
+from nopelib.studies import result_guard, results
 from nopelib.studies.committed import live_seconds, task_profile
 from nopelib.studies.one_model import longest_input, similarity_matrices
 from nopelib.studies.probe_study import task_sequences, trained_study
@@ -193,24 +195,48 @@ def run_study(profile: str | TrainProfile, tasks: Sequence[str], seeds: Sequence
     return by_task, cached
 
 
-def committed_runs(path: Path, training: dict) -> list[dict]:
-    """The runs of the study file at ``path`` when it was trained under the same profile
-    record (``training``); none without a file or under another record (a stale file is
-    rewritten). An unreadable file raises ResultsError: it is not overwritten unread."""
-    if not path.is_file():
+def kept_runs(path: Path, old: dict | None, training: dict, replace: Sequence[int],
+              would: str) -> list[dict]:
+    """The runs of ``old``, the committed document of the study file at ``path`` (None: no
+    file), that a write of runs trained under the profile record ``training`` (``would``, in
+    words) keeps: all but those of the seeds ``replace`` names. A file trained under another
+    record of the profile (an older version of it) cannot hold today's runs beside its own (a
+    file holds one record): unless ``replace`` names every seed it holds, that raises
+    ``result_guard.Refused``, so a profile change never drops runs silently; until then the
+    chapters read the file as stale (``committed.load_study``) and judge nothing on it."""
+    if old is None:
         return []
-    old = results.load(path)
-    return old["runs"] if old["provenance"].get("training") == training else []
+    result_guard.refuse(result_guard.stale_problem(
+        path, old, would, training, replace,
+        other="move the file aside (--replace names seeds that --seeds trains)"))
+    return [r for r in old["runs"] if r["seed"] not in replace]
 
 
-def merged(path: Path, records: list[dict], training: dict,
-           replace: Sequence[int] = ()) -> tuple[list[dict], list[dict]]:
-    """The committed runs of the file at ``path`` (``committed_runs``) that a study keeps,
-    and the ``records`` it adds: a study grows by seed and never shrinks, and a committed run
-    is kept over this invocation's run of its seed unless ``replace`` names the seed."""
-    kept = [r for r in committed_runs(path, training) if r["seed"] not in replace]
+def committed_runs(path: Path, training: dict, replace: Sequence[int],
+                   would: str) -> list[dict]:
+    """``kept_runs`` of the study file at ``path`` as it stands now (none without a file).
+    An unreadable file raises ResultsError: it is not overwritten unread."""
+    return kept_runs(path, results.load(path) if path.is_file() else None, training, replace,
+                     would)
+
+
+def grown(path: Path, old: dict | None, doc: dict, training: dict,
+          replace: Sequence[int]) -> dict:
+    """What a write of this invocation's ``doc`` leaves at ``path``, whose committed document
+    is ``old`` as re-read when it writes (``results.write``: another invocation may have added
+    runs since this one started): the runs it keeps (``kept_runs``) and ``doc``'s runs of the
+    other seeds. A study grows by seed and never shrinks, and a committed run is kept over
+    this invocation's run of its seed unless ``replace`` names the seed. The provenance
+    counts the runs kept, and those of ``doc`` written that came from the run cache."""
+    seeds = sorted(r["seed"] for r in doc["runs"])
+    kept = kept_runs(path, old, training, replace, f"seeds {seeds} of today's profile record")
     held = {r["seed"] for r in kept}
-    return kept, [r for r in records if r["seed"] not in held]
+    fresh = [r for r in doc["runs"] if r["seed"] not in held]
+    runs = sorted([*kept, *fresh], key=lambda r: r["seed"])
+    return {"provenance": {**doc["provenance"], "seeds": [r["seed"] for r in runs],
+                           "runs_from_cache": sum(r["origin"]["how"] == "run cache"
+                                                  for r in fresh),
+                           "runs_kept": len(kept)}, "runs": runs}
 
 
 # what a run trained here records of where it trained (run_study), and of the command that
@@ -231,18 +257,23 @@ def _committed_problems(folder: Path, names: Sequence[str], tasks: Sequence[str]
                         seeds: Sequence[int], replace: Sequence[int], profile: TrainProfile,
                         training: dict, device: str) -> list[str]:
     """Why the committed files in ``folder`` cannot take this invocation's runs: a file that
-    cannot be read (it would be overwritten unread), or a kept committed run of a seed to be
-    trained under another run key (other training sources, device or precision: its new
-    run would be trained, then dropped)."""
+    cannot be read (it would be overwritten unread), one trained under another record of the
+    profile whose seeds ``replace`` does not all name (``kept_runs``), or a kept run of a seed
+    to be trained under another run key (other training sources, device or precision: its
+    new run would be trained, then dropped)."""
     dev = resolve_device(device)
     problems = []
     for task, name in zip(tasks, names):
         try:
-            runs = committed_runs(folder / name, training)
+            runs = committed_runs(folder / name, training, replace,
+                                  f"seeds {sorted(seeds)} of today's profile record")
         except results.ResultsError as exc:
             problems.append(f"--out-dir {folder}: {exc}; move the file aside or mend it")
             continue
-        other = [r["seed"] for r in runs if r["seed"] in seeds and r["seed"] not in replace
+        except result_guard.Refused as exc:
+            problems.append(str(exc))
+            continue
+        other = [r["seed"] for r in runs if r["seed"] in seeds
                  and r["key"] != run_key(task, r["seed"], task_profile(profile, task), dev)]
         if other:
             problems.append(
@@ -332,18 +363,17 @@ def main(argv: list[str] | None = None) -> None:
                                     args.probe_fit_tokens, args.cached_only, args.backend)
     for task, records in by_task.items():
         out = args.out_dir / f"trained_{prof.name}_{task}.json"
-        kept, fresh = merged(out, records, training, args.replace)
         provenance = results.provenance(
             "python -m nopelib.studies.trained_study", argv, start, profile=prof.name,
             training=prof.record(), tasks=list(args.tasks),
-            seeds=sorted(r["seed"] for r in [*kept, *fresh]),
-            runs_from_cache=sum(r["origin"]["how"] == "run cache" for r in fresh),
-            runs_kept=len(kept),
+            seeds=sorted(r["seed"] for r in records),  # grown counts them beside the file's
+            runs_from_cache=sum(r["origin"]["how"] == "run cache" for r in records),
+            runs_kept=0,
             cpu_capability=torch.backends.cpu.get_cpu_capability(),
             trajectory={"n_inputs": prof.n_trajectory, "seed": TRAJECTORY_SEED})
-        runs = [*kept, *stamp(fresh, provenance, TRAINED_BY)]
-        doc = {"provenance": provenance, "runs": sorted(runs, key=lambda r: r["seed"])}
-        results.write(out, doc, "trained")
+        doc = {"provenance": provenance, "runs": stamp(records, provenance, TRAINED_BY)}
+        results.write(out, doc, "trained", merge=lambda old, new, out=out: grown(
+            out, old, new, training, args.replace))
         print(f"wrote {out}: {len(records)} runs, accuracy "
               + ", ".join(f"{r['accuracy']:.4f}" for r in records))
     print(f"{sum(map(len, by_task.values()))} runs ({sum(from_cache.values())} from the "

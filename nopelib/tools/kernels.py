@@ -41,7 +41,7 @@ import torch
 from nopelib.core.params import Choice, ListOf, OutPath, check_args
 from nopelib.rules.claims import LEARNED_AT
 from nopelib.store import cache
-from nopelib.studies import results
+from nopelib.studies import result_guard, results
 from nopelib.studies.committed import live_seconds, load_study
 from nopelib.studies.study import reproduction
 from nopelib.training.gate import training_time_problem
@@ -192,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", type=Path, default=None,
                         help="also write the outcome as a committed result "
                              "(book/results/kernels_<profile>.json)")
+    parser.add_argument("--replace", action="store_true",
+                        help="replace the file at --record (default: an existing file is "
+                             "refused)")
     parser.add_argument("--summarize", action="store_true",
                         help="print this process's summary as JSON (used by each set)")
     args = parser.parse_args(argv)
@@ -209,6 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.record is not None and not (args.record.name.startswith("kernels_")
                                         and args.record.suffix == ".json"):
         parser.error(f"--record={str(args.record)!r}: the name must be kernels_*.json")
+    would = result_guard.summary("kernels", {"profile": LIVE_PROFILE, "set": args.sets})
+    if args.record is not None and (problem := result_guard.single_problem(
+            args.record, "kernels", would, args.replace, "--record")):
+        parser.error(problem)
     # the sets train one after another, each the live runs once
     slow = training_time_problem(
         PROFILES[LIVE_PROFILE], len(args.sets) * len(LIVE_TASKS) * len(LIVE_SEEDS), workers=1,
@@ -224,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     ok, report = compare(by_set)
     cache.commit_file(args.out / "kernels.json", json.dumps(by_set, indent=1).encode())
     if args.record is not None:
-        results.write(args.record, record(by_set, argv, start), "kernels")
+        results.write(args.record, record(by_set, argv, start), "kernels", merge=None
+                      if args.replace else result_guard.unwritten(args.record, would, "--record"))
     print(report)
     return 0 if ok else 1
 
