@@ -344,6 +344,23 @@ def test_a_study_in_flight_is_not_judged_until_every_seed_is_in():
     assert acc2.loc["reversal", "learned"] and acc2.loc["reversal", "with margin"]
 
 
+def test_a_task_is_judged_once_three_of_its_seeds_are_in_and_on_every_seed_in():
+    good = [0.1, 0.95, 0.97, 0.99]
+    runs = [_record(s, 0.99, good, [0.8, 0.9, 0.92, 0.94]) for s in range(3)]
+    acc = committed.study_accuracy(committed.study_table({"reversal": {"runs": runs}}),
+                                   PROFILES["study"].n_test, n_seeds=5)
+    assert claims.JUDGED_AT_SEEDS == 3 and committed.judged_at(5) == 3
+    assert committed.learned_and_judged(acc)[1] == ["reversal"]
+    assert committed.task_standing(acc, ["reversal"], 5) == {"reversal": "judged"}
+    # a third seed that did not learn: every seed in counts, so the task is not learned
+    runs[2] = _record(2, 0.5, [0.0, 0.1, 0.3, 0.5], [0.8] * 4)
+    acc = committed.study_accuracy(committed.study_table({"reversal": {"runs": runs}}),
+                                   PROFILES["study"].n_test, n_seeds=5)
+    assert committed.learned_and_judged(acc) == ([], [])
+    assert committed.task_standing(acc, ["reversal"], 5) == {"reversal": "not learned"}
+    assert committed.judged_at(2) == 2  # a profile of fewer seeds: all of them
+
+
 def test_task_standing_says_why_a_task_is_or_is_not_judged():
     acc = pd.DataFrame({"seeds": [5, 5, 5, 2], "learned": [True, True, False, True],
                         "with margin": [True, False, False, True],

@@ -51,6 +51,10 @@ KEEPS_AT = 0.8  # the bottom of the paper's layer-1 range (0.8-1.0)
 # a run is past its plateau with margin when its learning curve is at LEARNED_AT or above
 # from some step on to the end, and that step leaves at least this share of the budget
 PLATEAU_TAIL = 0.25
+# A task's study is judged once this many of its profile's seeds are in (registered
+# 2026-12-05, before any campaign run of the paper's model finished: its verdicts come as seeds
+# arrive, each on every seed in; fewer stay "cannot tell", the count shown).
+JUDGED_AT_SEEDS = 3
 
 VERDICTS = ("holds", "fails", "cannot tell")
 REVISED = "revised"  # one-sided tests, no correction for "holds", Bonferroni for "fails"

@@ -146,17 +146,18 @@ def study_accuracy(table: pd.DataFrame, n_test: int,
     """Per task of ``study_table``: exact match per seed (columns ``seed s``), the lowest,
     the task's majority-answer share (``baselines``), whether the task is learned
     (``claims.is_learned``), whether every run is past its plateau with the claim rule's
-    margin (``with margin``), and how many seeds its file holds (``seeds``) against the
-    ``n_seeds`` of its profile (``complete``; a study in flight holds fewer): the tasks judged
-    are learned, with margin and complete. ``learned`` and ``with margin`` speak of every
-    seed, so they are NA (undecided) for a task whose seeds are not all in."""
+    margin (``with margin``), and how many seeds its file holds (``seeds``): ``complete``
+    once it holds ``claims.JUDGED_AT_SEEDS`` of its profile's ``n_seeds`` (all of them when
+    the profile has fewer; a study in flight holds fewer): the tasks judged are learned, with
+    margin and complete. ``learned`` and ``with margin`` speak of every seed in, so they are
+    NA (undecided) for a task with too few seeds in."""
     acc = table.pivot(index="task", columns="seed", values="accuracy")
     acc.columns = [f"seed {s}" for s in acc.columns]
     acc["lowest"] = acc.min(axis=1)
     if baselines is not None:
         acc["majority"] = [baselines[t] for t in acc.index]
     acc["seeds"] = table.groupby("task")["seed"].nunique()
-    acc["complete"] = acc["seeds"] >= (n_seeds or 0)
+    acc["complete"] = acc["seeds"] >= judged_at(n_seeds or 0)
     learned = pd.Series([claims.is_learned(g.to_dict("records"), n_test)
                          for _, g in table.groupby("task")], index=acc.index)
     margin = table.groupby("task")["with_margin"].all()
@@ -164,6 +165,11 @@ def study_accuracy(table: pd.DataFrame, n_test: int,
         acc.insert(acc.columns.get_loc("seeds"), column,
                    values.astype("boolean").where(acc["complete"]))
     return acc
+
+
+def judged_at(n_seeds: int) -> int:
+    """How many seeds of a profile's ``n_seeds`` a task needs in to be judged."""
+    return min(n_seeds, claims.JUDGED_AT_SEEDS)
 
 
 def learned_and_judged(acc: pd.DataFrame) -> tuple[list[str], list[str]]:
@@ -178,7 +184,8 @@ def learned_and_judged(acc: pd.DataFrame) -> tuple[list[str], list[str]]:
 def task_standing(acc: pd.DataFrame | None, tasks: Sequence[str], n_seeds: int,
                   stale: Sequence[str] = ()) -> dict[str, str]:
     """Per task, why the trained claims are or are not judged on it, from ``study_accuracy``'s
-    table (None: no committed file): "judged", "still training: k of n seeds in", "stale:
+    table (None: no committed file): "judged" (on the seeds in, at least
+    ``judged_at(n_seeds)``), "still training: k of n seeds in", "stale:
     trained under an earlier profile" for a task of ``stale``, "not learned" or "not learned
     with margin". Only a task still training can gain a verdict without a new profile."""
     held = {} if acc is None else acc["seeds"].to_dict()
@@ -190,7 +197,7 @@ def task_standing(acc: pd.DataFrame | None, tasks: Sequence[str], n_seeds: int,
             out[task] = "judged"
         elif task in stale and k == 0:
             out[task] = "stale: trained under an earlier profile"
-        elif k < n_seeds:
+        elif k < judged_at(n_seeds):
             out[task] = f"still training: {k} of {n_seeds} seeds in"
         elif not acc.loc[task, "learned"]:
             out[task] = "not learned"
