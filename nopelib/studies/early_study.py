@@ -95,7 +95,12 @@ ABLATIONS = {"none": (), "embedding": ("embedding",), "qk": ("qk",),
              # every token's value vector as at initialisation: the leading axis held
              "values": ("embedding", "value"),
              # block 1's attention output as at initialisation: only its MLP moves layer 1
-             "attention": ("embedding", "qk", "value")}
+             "attention": ("embedding", "qk", "value"),
+             # block 1's MLP as at initialisation: does layer 1 fall without it?
+             "mlp": ("mlp",),
+             # the embedding held with the head untied and trained: the control for
+             # "embedding", whose held tied head keeps the model from learning
+             "untied": ("input",)}
 
 
 def early_profile(base: TrainProfile, steps: int, every: int) -> TrainProfile:

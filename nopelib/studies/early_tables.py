@@ -130,7 +130,9 @@ def causes(runs: pd.DataFrame) -> pd.DataFrame:
 HELD = {"embedding": "the token embedding", "qk": "block 1's queries and keys",
         "both": "the token embedding and block 1's queries and keys",
         "values": "the token embedding and block 1's value path (its value vectors)",
-        "attention": "the token embedding and all of block 1's attention"}
+        "attention": "the token embedding and all of block 1's attention",
+        "mlp": "block 1's MLP (and the LayerNorm before it)",
+        "untied": "the token embedding the blocks read, the output head untied and trained"}
 
 
 KERNELS_DIFFER = " (withdrawn: the verdicts under the two CPU kernel sets differ)"
