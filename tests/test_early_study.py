@@ -495,3 +495,46 @@ def test_a_verdict_stands_across_kernel_sets_only_where_they_agree(verdicts, com
 def test_across_kernels_refuses_what_is_no_verdict(verdicts):
     with pytest.raises(ValueError, match="across_kernels"):
         beyond_claims.across_kernels(verdicts)
+
+
+def _runs(rows: list[tuple]) -> pd.DataFrame:
+    """A stand-in for early_tables.frame: (task, ablation, seed, step, loss, layer1) rows,
+    with the other measured quantities constant except value_axis = layer1's fall."""
+    frame = pd.DataFrame(rows, columns=["task", "ablation", "seed", "step", "loss", "layer1"])
+    return frame.assign(score_without_mlp=frame.layer1 + 0.05, value_axis=1 - frame.layer1,
+                        rho=0.3, entropy=1.0)
+
+
+def _curve(task, ablation, seed, losses, layer1):
+    steps = [0, 10, 20, 30, 40]
+    return [(task, ablation, seed, s, l, v) for s, l, v in zip(steps, losses, layer1)]
+
+
+def test_matched_loss_reads_each_ablation_where_it_learned_as_far_as_the_unablated_run():
+    rows = []
+    for seed in range(3):
+        rows += _curve("addition", "none", seed, [None, 3.0, 2.0, 1.5, 1.0],
+                       [0.9, 0.9, 0.5, 0.4, 0.4])  # falls at 20, loss 2.0 there
+        rows += _curve("addition", "embedding", seed, [None, 3.2, 3.1, 3.0, 3.0],
+                       [0.9, 0.9, 0.9, 0.9, 0.9])  # never learns as far
+        rows += _curve("addition", "qk", seed, [None, 3.0, 1.9, 1.5, 1.0],
+                       [0.9, 0.9, 0.5, 0.5, 0.5])  # as far at 20, layer 1 fallen
+    per_seed, verdicts = early_tables.matched(_runs(rows))
+    verdict = dict(zip(verdicts.ablation, verdicts.verdict))
+    assert verdict == {"embedding": "not matched", "qk": "does not explain"}
+    qk = per_seed[per_seed.ablation == "qk"].iloc[0]
+    assert (qk.falls_at, qk.matched_loss, qk.matched_step, qk.layer1) == (20, 2.0, 20, 0.5)
+    assert qk.without_mlp == pytest.approx(0.55)
+    assert per_seed[per_seed.ablation == "embedding"].matched_step.isna().all()
+
+
+def test_correlates_are_read_at_the_fall_and_at_the_same_step_where_layer_1_holds():
+    rows = (_curve("addition", "none", 0, [None, 3, 2, 1, 1], [0.9, 0.9, 0.5, 0.4, 0.4])
+            + _curve("addition", "none", 1, [None, 3, 2, 1, 1], [0.9, 0.9, 0.9, 0.6, 0.6])
+            + _curve("reversal", "none", 0, [None, 3, 2, 1, 1], [0.9, 0.85, 0.8, 0.8, 0.8]))
+    table = early_tables.correlates(_runs(rows)).set_index(["task", "seed"])
+    assert table.falls.tolist() == [True, True, False]
+    # falls at 20 and 30: the run that holds is read at their median step, 25 -> nearest 20
+    assert table.step.tolist() == [20.0, 30.0, 20.0]
+    assert table.loc[("reversal", 0), "value_axis"] == pytest.approx(0.2)
+    assert table.loc[("reversal", 0), "value_axis_init"] == pytest.approx(0.1)

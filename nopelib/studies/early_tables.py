@@ -27,19 +27,20 @@ MEASURED = ("rho", "value_common", "embedding_common", "value_axis", "embedding_
 
 def frame(doc: dict) -> pd.DataFrame:
     """One row per run and curve point, step 0 (the initialisation) included: task, seed,
-    ablation, step, lr, accuracy (NaN at step 0), layer1 (the adjacency score after block 1)
-    and the MEASURED quantities."""
+    ablation, step, lr, accuracy and the training loss (NaN at step 0), layer1 (the adjacency
+    score after block 1) and the MEASURED quantities."""
     rows = []
     for run in doc["runs"]:
         head = {"task": run["task"], "seed": run["seed"],
                 "ablation": ablation_name(run["frozen"])}
         rows.append({**head, "step": 0, "lr": 0.0, "accuracy": float("nan"),
-                     "layer1": run["scores_init"][1],
+                     "loss": float("nan"), "layer1": run["scores_init"][1],
                      **{k: run["measure_init"][k] for k in MEASURED}})
         c = run["curve"]
         for i, step in enumerate(c["step"]):
             rows.append({**head, "step": step, "lr": c["lr"][i], "accuracy": c["accuracy"][i],
-                         "layer1": c["scores"][i][1], **{k: c[k][i] for k in MEASURED}})
+                         "loss": c["loss"][i], "layer1": c["scores"][i][1],
+                         **{k: c[k][i] for k in MEASURED}})
     return pd.DataFrame(rows)
 
 
@@ -124,6 +125,68 @@ def causes(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["task", "ablation", "seeds", "lowest_unablated",
                                       "lowest_ablated", "lowest_ablated_without_mlp",
                                       "verdict"])
+
+
+def matched(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Each ablation read at matched training loss (``beyond_claims.MATCHED_RULE``): per task,
+    ablation and seed, the unablated run's fall (step, training loss there) and the ablated
+    run's matched step (NaN: it never learned as far in the window), its lowest layer-1 score
+    and lowest score without block 1's MLP up to there, and its last training loss; and per
+    task and ablation, ``beyond_claims.matched_cause``'s verdict."""
+    curves = {key: (g.step.tolist(), g.loss.tolist(), g.layer1.tolist(), g)
+              for key, g in runs[runs.step > 0].sort_values("step").groupby(
+                  ["task", "ablation", "seed"])}
+    rows, verdicts = [], []
+    for task in sorted({t for t, _, _ in curves}):
+        base = {s: c[:3] for (t, a, s), c in curves.items() if t == task and a == "none"}
+        for name in (a for a in ABLATIONS if a != "none"):
+            held = {s: c for (t, a, s), c in curves.items() if t == task and a == name}
+            if not held:
+                continue
+            for seed, (steps, loss, layer1, g) in sorted(held.items()):
+                fall = beyond_claims.fall_loss(*base[seed]) if seed in base else None
+                step = None if fall is None else beyond_claims.matched_step(steps, loss,
+                                                                            fall[1])
+                upto = g[g.step <= (step if step is not None else -1)]
+                rows.append({"task": task, "ablation": name, "seed": seed,
+                             "falls_at": fall[0] if fall else float("nan"),
+                             "matched_loss": fall[1] if fall else float("nan"),
+                             "matched_step": float("nan") if step is None else step,
+                             "layer1": upto.layer1.min() if len(upto) else float("nan"),
+                             "without_mlp": (upto.score_without_mlp.min() if len(upto)
+                                             else float("nan")),
+                             "last_loss": loss[-1]})
+            verdicts.append({"task": task, "ablation": name, "seeds": len(held),
+                             "verdict": beyond_claims.matched_cause(
+                                 base, {s: c[:3] for s, c in held.items()})})
+    return pd.DataFrame(rows), pd.DataFrame(verdicts)
+
+
+CORRELATES = ("value_axis", "rho", "entropy")  # offered as causes of the fall; none ablated
+
+
+def correlates(runs: pd.DataFrame) -> pd.DataFrame:
+    """The control for each quantity offered as a cause of layer 1's fall: per unablated run,
+    whether layer 1 falls (below ``beyond_claims.FALLS_AT``), the step read (its fall; in a
+    run that does not fall, the median fall step of the runs that do), and each of
+    CORRELATES there and at initialisation. A quantity that moves as much in the runs that
+    do not fall is no sign of the cause."""
+    base = runs[runs.ablation == "none"].sort_values("step")
+    at = {key: beyond_claims.first_below(g.step.tolist(), g.layer1.tolist())
+          for key, g in base.groupby(["task", "seed"])}
+    fell = [s for s in at.values() if s is not None]
+    median = float(pd.Series(fell).median()) if fell else float("nan")
+    out = []
+    for (task, seed), g in base.groupby(["task", "seed"]):
+        step = at[task, seed] if at[task, seed] is not None else median
+        point = g.iloc[(g.step - step).abs().argmin()] if step == step else None
+        row = {"task": task, "seed": seed, "falls": at[task, seed] is not None,
+               "step": float("nan") if point is None else float(point.step)}
+        for name in CORRELATES:
+            row[f"{name}_init"] = float(g[name].iloc[0])
+            row[name] = float("nan") if point is None else float(point[name])
+        out.append(row)
+    return pd.DataFrame(out)
 
 
 # what each ablation holds at its initial values, in words
