@@ -123,7 +123,7 @@ def test_the_committed_study_loads_and_names_what_is_missing():
         command = doc["provenance"]["command"]
         assert command.startswith("python -m nopelib.")
         where = committed.study_provenance(doc)
-        assert f"written by `{command}`" in where
+        assert f"by `{command}`" in where
         assert "do not record each run's origin" in where
 
 
@@ -139,10 +139,12 @@ def test_each_runs_origin_is_named_by_the_invocation_that_trained_it():
             {**_record(2, 0.99, [0.9] * 4, [0.9] * 4),
              "origin": {**by_a, "finished": "2026-12-03T05:00:00+00:00"}}]
     where = committed.study_provenance({"provenance": prov, "runs": runs})
-    assert where.startswith("written by `python -m nopelib.studies.trained_study --seeds 1 3`")
+    assert where.startswith("the file written (not its runs trained, unless said below) by "
+                            "`python -m nopelib.studies.trained_study --seeds 1 3`")
     assert ("seeds 0, 2 trained by `A` at commit `aaaaaaaaaaaa` on m1 (CPU kernels AVX512), "
             "finished 2026-12-03T01:00:00+00:00 to 2026-12-03T05:00:00+00:00") in where
-    assert "seed 1 read from the run cache" in where and "finished 2026-12-04T09" in where
+    assert "seed 1 read from the run cache, trained at a commit it does not record" in where
+    assert "finished 2026-12-04T09" in where
 
 
 def test_a_study_file_of_an_earlier_profile_is_stale_not_read(monkeypatch):
@@ -375,41 +377,50 @@ def test_task_standing_says_why_a_task_is_or_is_not_judged():
         "reversal": "still training: 0 of 5 seeds in"}
 
 
-def test_size_dependence_says_whether_a_verdict_moves_with_the_model():
+def test_model_dependence_says_whether_a_verdict_differs_between_the_models():
     keys = [(c, r) for c, r in claims.TRAINED_CLAIMS]
     small = pd.DataFrame([dict(claim=c, reading=r, task="reversal", verdict="fails")
                           for c, r in keys])
     big = small.assign(verdict=["fails", "holds", "cannot tell", "fails", "fails", "holds"])
     small.loc[3, "verdict"] = big.loc[3, "verdict"] = "cannot tell"
-    out = committed.size_dependence({"4 x 96": small, "6 x 384": big}, ["reversal", "addition"])
+    out = committed.model_dependence({"4 x 96": small, "6 x 384": big}, ["reversal", "addition"])
     assert len(out) == 2 * len(keys)
-    rev = out[out.task == "reversal"].set_index("reading")["depends on size"]
-    assert rev.iloc[0] == "no: fails at both sizes"
+    rev = out[out.task == "reversal"].set_index("reading")[committed.DIFFERS]
+    assert rev.iloc[0] == "no: fails on both models"
     assert rev.iloc[1] == "yes: fails at 4 x 96, holds at 6 x 384"
     # a "cannot tell" is missing evidence: it neither differs from nor agrees with a verdict
     assert rev.iloc[2] == "not shown: fails at 4 x 96, cannot tell at 6 x 384"
     assert rev.iloc[3] == "not shown: cannot tell at 4 x 96, cannot tell at 6 x 384"
-    three = committed.size_dependence({"a": small, "b": small, "c": small}, ["reversal"])
-    assert three["depends on size"].iloc[0] == "no: fails at all 3 sizes"
-    add = out[out.task == "addition"]["depends on size"]
+    three = committed.model_dependence({"a": small, "b": small, "c": small}, ["reversal"])
+    assert three[committed.DIFFERS].iloc[0] == "no: fails on all 3 models"
+    add = out[out.task == "addition"][committed.DIFFERS]
     assert (add == "cannot say: 4 x 96, 6 x 384 have no verdict on addition").all()
-    untrained = committed.size_dependence({"4 x 96": small, "6 x 384": None}, ["reversal"])
+    untrained = committed.model_dependence({"4 x 96": small, "6 x 384": None}, ["reversal"])
     assert (untrained["6 x 384"] == "not judged").all()
     # the reason a model has no verdict stands in its column: "yet" only while it trains
     standing = {"6 x 384": {"reversal": "still training: 1 of 5 seeds in"},
                 "4 x 96": {"reversal": "judged"}}
-    waiting = committed.size_dependence({"4 x 96": small, "6 x 384": None}, ["reversal"],
+    waiting = committed.model_dependence({"4 x 96": small, "6 x 384": None}, ["reversal"],
                                         standing)
     assert (waiting["6 x 384"] == "still training: 1 of 5 seeds in").all()
-    assert (waiting["depends on size"] == "cannot say yet: 6 x 384 has no verdict on "
+    assert (waiting[committed.DIFFERS] == "cannot say yet: 6 x 384 has no verdict on "
             "reversal").all()
     standing["6 x 384"]["reversal"] = "not learned with margin"
-    late = committed.size_dependence({"4 x 96": small, "6 x 384": None}, ["reversal"],
+    late = committed.model_dependence({"4 x 96": small, "6 x 384": None}, ["reversal"],
                                      standing)
-    assert (late["depends on size"] == "cannot say: 6 x 384 has no verdict on reversal").all()
+    assert (late[committed.DIFFERS] == "cannot say: 6 x 384 has no verdict on reversal").all()
     # an exploratory table (no task learned with margin) is no verdict to compare
     guess = small.assign(standing="exploratory: no task meets the margin rule")
-    mixed = committed.size_dependence({"4 x 96": guess, "6 x 384": big}, ["reversal"])
+    mixed = committed.model_dependence({"4 x 96": guess, "6 x 384": big}, ["reversal"])
     assert (mixed["4 x 96"] == "not judged").all()
     with pytest.raises(ValueError, match="two models"):
-        committed.size_dependence({"4 x 96": small}, ["reversal"])
+        committed.model_dependence({"4 x 96": small}, ["reversal"])
+
+
+def test_two_profiles_differences_are_named_beyond_size():
+    study, paper = PROFILES["study"], PROFILES["paper_study"]
+    words = committed.profile_differences(study, paper, ["reversal"])
+    assert "width 96 vs 384" in words and "layers 4 vs 6" in words
+    assert "token-embedding σ 0.002 vs 0.02" in words
+    assert "trajectory inputs 128 vs 64" in words
+    assert committed.profile_differences(study, study, ["reversal"]) == []

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -266,7 +266,8 @@ def study_provenance(doc: Mapping) -> str:
     it, then where its runs came from, from each run's ``origin``; a file written before
     runs recorded one says what its writer did and where the other runs came from."""
     p, runs = doc["provenance"], doc["runs"]
-    wrote = (f"written by `{p['command']}` at commit `{p['commit'][:12]}` on {p['machine']} "
+    wrote = (f"the file written (not its runs trained, unless said below) by "
+             f"`{p['command']}` at commit `{p['commit'][:12]}` on {p['machine']} "
              f"(CPU kernels {p.get('cpu_capability', '?')}, torch {p['torch']}, "
              f"{p['wall_seconds'] / 60:.0f} min wall, {p['date']})")
     if all("origin" in r for r in runs):
@@ -298,15 +299,43 @@ def run_origins(runs: Sequence[Mapping]) -> list[str]:
             phrases.append(f"{label} trained{command} at commit `{by[1][:12]}` on {by[2]} "
                            f"(CPU kernels {by[3]}), finished {when}")
         else:
-            phrases.append(f"{label} read from the run cache (which keeps no command; the run "
-                           "key pins the training sources, torch and precision), finished "
-                           f"{when}")
+            phrases.append(f"{label} read from the run cache, trained at a commit it does not "
+                           "record (nor the command; the run key pins the training sources, "
+                           f"torch and precision), finished {when}")
     return phrases
 
 
-def size_dependence(tables: Mapping[str, pd.DataFrame | None], tasks: Sequence[str],
+DIFFERS = "differs between the models"  # model_dependence's column
+# how a profile field is named where two models are compared
+FIELD_WORDS = {"n_layer": "layers", "n_head": "heads", "n_embd": "width",
+               "init_std": "token-embedding σ", "n_trajectory": "trajectory inputs",
+               "curve_dense_every": "dense curve points every (steps)",
+               "curve_dense_until": "dense curve points until (step)"}
+
+
+def profile_differences(a: TrainProfile, b: TrainProfile,
+                        tasks: Sequence[str] = ()) -> list[str]:
+    """Every way the models of profiles ``a`` and ``b`` differ, in words ("width 96 vs
+    384"): the model's configuration, the profile's fields, and the precision each of
+    ``tasks`` trains in (``task_profile``), so that a comparison never names size alone."""
+    out = []
+    ma, mb = asdict(a.model), asdict(b.model)
+    out += [f"{FIELD_WORDS.get(k, k)} {ma[k]:g} vs {mb[k]:g}" for k in ma if ma[k] != mb[k]]
+    pa, pb = asdict(a), asdict(b)
+    skip = {"name", "model", "seeds", "precision", "claim_tasks"}
+    out += [f"{FIELD_WORDS.get(k, k)} {pa[k]} vs {pb[k]}" for k in pa
+            if k not in skip and pa[k] != pb[k]]
+    for task in tasks:
+        pre = (task_profile(a, task).precision, task_profile(b, task).precision)
+        if pre[0] != pre[1]:
+            out.append(f"precision on {task} {pre[0]} vs {pre[1]}")
+    return out
+
+
+def model_dependence(tables: Mapping[str, pd.DataFrame | None], tasks: Sequence[str],
                     standing: Mapping[str, Mapping[str, str]] | None = None) -> pd.DataFrame:
-    """Whether a trained claim's verdict depends on the model's size: ``tables`` maps a model's
+    """Whether a trained claim's verdict differs between two models (which differ in more than
+    size: ``profile_differences`` names how): ``tables`` maps a model's
     name to its claim table (``trained_verdicts``' second item, None when the model has no
     judged task), the first name being the reference; ``standing`` maps a name to
     ``task_standing``'s reasons, which stand in a model's column where it has no verdict
@@ -318,9 +347,9 @@ def size_dependence(tables: Mapping[str, pd.DataFrame | None], tasks: Sequence[s
     where it never will under its profile."""
     names = list(tables)
     if len(names) < 2:
-        raise ValueError(f"size_dependence: two models or more, not {names}")
+        raise ValueError(f"model_dependence: two models or more, not {names}")
     keys = ["claim", "reading", "task"]
-    every = "both sizes" if len(names) == 2 else f"all {len(names)} sizes"
+    every = "both models" if len(names) == 2 else f"all {len(names)} models"
     rows = []
     for (claim, reading), task in ((cr, t) for cr in claims.TRAINED_CLAIMS for t in tasks):
         row = dict(claim=claim, reading=reading, task=task)
@@ -338,13 +367,13 @@ def size_dependence(tables: Mapping[str, pd.DataFrame | None], tasks: Sequence[s
             lead = ("cannot say yet" if any(row[n].startswith("still training")
                                             for n in missing) else "cannot say")
             has = "has" if len(missing) == 1 else "have"
-            row["depends on size"] = f"{lead}: {', '.join(missing)} {has} no verdict on {task}"
+            row[DIFFERS] = f"{lead}: {', '.join(missing)} {has} no verdict on {task}"
         elif {"holds", "fails"} <= set(verdicts):
-            row["depends on size"] = "yes: " + ", ".join(f"{row[n]} at {n}" for n in names)
+            row[DIFFERS] = "yes: " + ", ".join(f"{row[n]} at {n}" for n in names)
         elif set(verdicts) == {"holds"} or set(verdicts) == {"fails"}:
-            row["depends on size"] = f"no: {verdicts[0]} at {every}"
+            row[DIFFERS] = f"no: {verdicts[0]} on {every}"
         else:  # a "cannot tell" is missing evidence, not another finding
-            row["depends on size"] = "not shown: " + ", ".join(
+            row[DIFFERS] = "not shown: " + ", ".join(
                 f"{row[n]} at {n}" for n in names)
         rows.append(row)
     return pd.DataFrame(rows)
