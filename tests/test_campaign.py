@@ -153,3 +153,15 @@ def test_a_ledger_edited_by_hand_is_refused_naming_the_field(sitting, tmp_path):
     twice = {**doc, "runs": doc["runs"] * 2}
     with pytest.raises(results.ResultsError, match="repeats"):
         results.validate(twice, "campaign", str(path))
+
+
+def test_a_run_left_in_flight_under_other_training_sources_names_its_commit():
+    key = campaign.key_of("ordering", 0)
+    record = dict(task="ordering", seed=0, key=key, to_step=500, finished=False,
+                  commit="c" * 40, machine="vm")
+    assert campaign.elsewhere([record], [("ordering", 0)]) == []  # same key: it resumes
+    moved = {**record, "key": "f" * 32}
+    (line,) = campaign.elsewhere([moved], [("ordering", 0)])
+    assert "step 500" in line and "cccccccccccc" in line and "clone at that commit" in line
+    assert campaign.elsewhere([{**moved, "finished": True}], [("ordering", 0)]) == []
+    assert campaign.elsewhere([moved], [("indexing", 0)]) == []

@@ -167,6 +167,24 @@ def reached_before(ledger: Sequence[dict], key: str) -> int:
     return max((run["to_step"] for run in ledger if run["key"] == key), default=0)
 
 
+def elsewhere(ledger: Sequence[dict], todo: Sequence[tuple[str, int]]) -> list[str]:
+    """For each unfinished run of ``todo`` that an earlier sitting left in flight under
+    another run key than this clone gives it (the training sources changed since): where its
+    checkpoints can be resumed, a clone at the commit that trained it."""
+    last: dict[tuple[str, int], dict] = {}
+    for run in ledger:  # the ledger is in sitting order: the newest record of a run wins
+        last[run["task"], run["seed"]] = run
+    out = []
+    for task, seed in todo:
+        run = last.get((task, seed))
+        if run and not run["finished"] and run["to_step"] and run["key"] != key_of(task, seed):
+            out.append(f"{task} seed {seed} reached step {run['to_step']:,} under run key "
+                       f"{run['key'][:12]} at commit {run['commit'][:12]} on {run['machine']}; "
+                       "this clone's training sources give it another key, so it starts "
+                       "again: to resume it, run the campaign from a clone at that commit")
+    return out
+
+
 def read_ledger(path: Path) -> list[dict]:
     """The run records of the committed ledger at ``path`` (none without one)."""
     return results.load(path)["runs"] if path.is_file() else []
@@ -298,6 +316,8 @@ def main(argv: list[str] | None = None) -> None:
     todo = pending(args.out_dir)
     print(f"{len(todo)} of {len(QUEUE)} queued runs to train: "
           + ", ".join(f"{t} {s}" for t, s in todo), flush=True)
+    for line in elsewhere(read_ledger(args.out_dir / LEDGER), todo):
+        print(line, flush=True)
     if args.dry_run or not todo:
         return
     records = run_campaign(until, args.out_dir, args.streams,
