@@ -369,3 +369,32 @@ def test_the_metrics_check_accepts_runs_with_and_without_resumptions(uninterrupt
     assert run_entry.metrics_problem({**full, "resumed_at": [8, 28]}) is None
     for bad in ([0], [61], ["8"], 8):
         assert "resumed_at" in run_entry.metrics_problem({**full, "resumed_at": bad})
+
+
+def test_two_writers_of_one_checkpoint_step_both_survive_and_reads_stay_small(tmp_path,
+                                                                            monkeypatch):
+    from nopelib.store import cache
+
+    # a read sized by max_bytes allocated 64 GiB for a checkpoint read without its shapes
+    asked = []
+    real = cache.open_regular
+
+    def spy(path, max_bytes):
+        f = real(path, max_bytes)
+        read = f.read
+        f_read = lambda n=-1: (asked.append(n), read(n))[1]  # noqa: E731
+        return type("F", (), {"read": staticmethod(f_read), "__enter__": lambda s: s,
+                              "__exit__": lambda s, *a: f.close()})()
+    monkeypatch.setattr(cache, "open_regular", spy)
+    first, second = (ck.RunCheckpoints(tmp_path, "k", every_seconds=0) for _ in range(2))
+    first.save(5, {"w": torch.ones(2)}, {"by": "first"})
+    second.save(5, {"w": torch.ones(2)}, {"by": "second"})  # the step is taken: it is read
+    assert asked and max(asked) <= cache.READ_CHUNK
+    got = first.resume({"w": (2,)}, lambda tensors, fields: fields["by"])
+    assert got == "first"  # the committed one stays; neither writer raised
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * 10)
+    with pytest.raises(OSError, match="more than the 5"):
+        cache.read_bytes(big, 5)
+    monkeypatch.setattr(cache, "open_regular", real)
+    assert cache.read_bytes(big, 2**36) == b"x" * 10

@@ -77,13 +77,22 @@ def open_regular(path: Path, max_bytes: int) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
+READ_CHUNK = 64 * 2**20  # read_bytes reads this much at a time
+
+
 def read_bytes(path: Path, max_bytes: int) -> bytes:
-    """The bytes of a regular file of at most ``max_bytes`` (``open_regular``)."""
+    """The bytes of a regular file of at most ``max_bytes`` (``open_regular``), read in
+    chunks: ``f.read(max_bytes + 1)`` allocates its whole buffer first, 64 GiB for a
+    checkpoint read without its shapes, and two writers of one checkpoint step then died of a
+    MemoryError."""
+    chunks, total = [], 0
     with open_regular(path, max_bytes) as f:
-        data = f.read(max_bytes + 1)
-    if len(data) > max_bytes:  # grew after the check
-        raise OSError(f"{path} holds more than the {max_bytes:,} bytes allowed")
-    return data
+        while chunk := f.read(min(READ_CHUNK, max_bytes + 1 - total)):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > max_bytes:  # grew after the check
+                raise OSError(f"{path} holds more than the {max_bytes:,} bytes allowed")
+    return b"".join(chunks)
 
 
 def check_writable(root: Path, need_bytes: int) -> None:
