@@ -398,3 +398,10 @@ def test_two_writers_of_one_checkpoint_step_both_survive_and_reads_stay_small(tm
         cache.read_bytes(big, 5)
     monkeypatch.setattr(cache, "open_regular", real)
     assert cache.read_bytes(big, 2**36) == b"x" * 10
+
+
+def test_a_bad_checkpoint_interval_is_refused_before_any_run_trains(tmp_path, monkeypatch):
+    monkeypatch.setenv(ck.SECONDS_ENV, "-5")
+    monkeypatch.setattr(launch, "find_missing", lambda *a, **k: pytest.fail("work began"))
+    with pytest.raises(ValueError, match=r"NOPELIB_CHECKPOINT_SECONDS='-5' is not allowed"):
+        launch.train_missing([("reversal", 0, TINY)], cache_dir=tmp_path)

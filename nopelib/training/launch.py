@@ -38,7 +38,7 @@ from nopelib.core.cost import model_params
 from nopelib.core.devices import resolve_device
 from nopelib.core.tasks import MAX_SEQ_LEN, TASKS, get_task
 from nopelib.store.cache import resolve_cache_dir
-from nopelib.store.checkpoint import RunCheckpoints
+from nopelib.store.checkpoint import RunCheckpoints, seconds_between
 from nopelib.training.profiles import get_profile
 from nopelib.training.run_entry import load_run
 from nopelib.training.runs import (Job, TrainedRun, find_missing, prepare_runs_dir, run_key,
@@ -161,6 +161,7 @@ def train_missing(
         if not isinstance(prof, TrainProfile):
             raise TypeError(f"jobs: the profile of ({task!r}, {seed}) is {prof!r}; allowed: a "
                             "TrainProfile (resolve a name once with profiles.get_profile)")
+    seconds_between()  # a bad $NOPELIB_CHECKPOINT_SECONDS fails now, not at the first run
     if backend == "batched":
         jobs = [(t, s, p.batched()) for t, s, p in jobs]
     root = resolve_cache_dir(cache_dir) / "runs"
