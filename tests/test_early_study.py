@@ -106,6 +106,7 @@ def test_a_file_from_other_cpu_kernels_is_refused_before_training(tiny_study, ca
     assert doc["provenance"]["cpu_capability"] == here
     doc["provenance"]["cpu_capability"] = "other" if here != "other" else "else"
     tiny_study.write_text(json.dumps(doc))
+    results.sign(tiny_study)  # as the command that wrote it elsewhere signed it
     trained = []
     monkeypatch.setattr(early_study, "run_study", lambda *a, **k: trained.append(a) or [])
     with pytest.raises(SystemExit) as exit_:
@@ -130,6 +131,7 @@ def test_a_task_s_runs_share_one_precision_and_a_file_says_which(tiny_study, cap
     # a run from before runs recorded it: under a bf16 record it may have trained either way
     del doc["runs"][0]["dtype_policy"]
     tiny_study.write_text(json.dumps(doc))
+    results.sign(tiny_study)  # as the command that wrote it elsewhere signed it
     results.load(tiny_study)  # valid: one task, one (unknown) precision
     assert early_tables.precisions(doc).precision.tolist() == [
         "not recorded (the profile asked bfloat16)"]
@@ -143,7 +145,9 @@ def test_a_task_s_runs_share_one_precision_and_a_file_says_which(tiny_study, cap
     # every seed of the task again replaces it; a task it does not touch is kept as it is
     monkeypatch.setattr(early_study, "run_study", real)
     doc["runs"][0]["task"] = "reversal"
+    doc["provenance"]["tasks"] = ["reversal"]  # what the file holds (early_study.contents)
     tiny_study.write_text(json.dumps(doc))
+    results.sign(tiny_study)  # as the command that wrote it elsewhere signed it
     early_study.main([*argv, "--seeds", "0"])
     after = results.load(tiny_study)
     assert [(r["task"], r.get("dtype_policy")) for r in after["runs"]] == [

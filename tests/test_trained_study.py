@@ -12,6 +12,7 @@ from nopelib.core.devices import dtype_policy
 from nopelib.core.model import GPTConfig
 from nopelib.rules import claims
 from nopelib.studies import committed, results
+from nopelib.studies.result_manifest import MANIFEST_NAME
 from nopelib.core.tasks import TASKS
 from nopelib.training import profiles, train_profile
 from nopelib.training.runs import run_key
@@ -236,7 +237,8 @@ def test_the_batched_study_command_writes_the_profiles_batched_twin(tmp_path, mo
     ts.main(argv)
     path = out / f"trained_{TINY.name}+batched_ordering.json"
     doc = results.load(path)
-    assert [p.name for p in out.iterdir()] == [path.name]
+    # the file and its folder's manifest of digests (result_manifest), nothing else
+    assert sorted(p.name for p in out.iterdir()) == sorted([path.name, MANIFEST_NAME])
     assert doc["provenance"]["profile"] == TINY.batched().name
     assert doc["provenance"]["runs_from_cache"] == 0
     assert [r["seed"] for r in doc["runs"]] == [0, 1]

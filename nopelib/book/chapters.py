@@ -8,8 +8,11 @@ The studies both read (the random-initialisation chapter's five, the text chapte
 scores) are the functions below: one call serves the two through the results cache
 (``nopelib.store.memo``).
 
-The specs live here, above the study modules, so that a study's cache keys (the import closure
-of its module) do not move when a chapter's defaults or claims do.
+Parameters that each stay within their own bound can together run for hours: the joint costs
+of three chapters (``with_costs``), priced from each chapter's own per-unit estimates, refuse
+that before any work. The specs live here, above the study modules, so that a study's cache
+keys (the import closure of its module) do not move when a chapter's defaults, claims or
+costs do.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ import pandas as pd
 
 from nopelib.core.chapter import ChapterSpec
 from nopelib.core.model import GPTConfig
-from nopelib.core.params import Choice
+from nopelib.core.cost import Cost
+from nopelib.core.params import Choice, Rule
 from nopelib.core.tasks import TASKS
 from nopelib.rules import beyond_claims as bc, claims as tc, init_claims as ic
 from nopelib.store.memo import memo
@@ -30,7 +34,76 @@ from nopelib.studies import (analysis as an, early_study, long_context, probe_st
 from nopelib.training.profiles import PROFILES
 from nopelib.training.text_lm import get_text_profile
 
-AVERAGING_EFFECT = ChapterSpec("averaging_effect", theory_studies.CHAPTER_PARAMS, dict(
+def with_costs(rules: Mapping[str, Rule],
+               costs: Mapping[str, tuple[Cost, ...]]) -> dict[str, Rule]:
+    """A chapter's rules with joint costs (``params.Rule.costing``) on the parameters named in
+    ``costs``: parameters each within its own bound can still run for a day together, and a
+    chapter refuses that before any work (``NOPELIB_ALLOW_SLOW=1`` lifts it with a warning).
+    They are attached here, not in the study modules, so that no study's cache key moves."""
+    out = dict(rules)
+    for name, extra in costs.items():
+        for cost in extra:
+            out[name] = out[name].costing(cost)
+    return out
+
+
+# Each joint cost's seconds per unit is the chapter's own estimate, from the notes of its
+# parameters' rules (measured on the 2-core development machine), quoted in ``each``.
+_DEFAULT_GRID = 42 * (192**2 + 384**2 + 768**2)  # sum of n_layer x n_embd^2 over the 3 x 3 grid
+
+
+def _grid_size(p: Mapping[str, Any]) -> float:
+    """The depth-and-width grid's weights over the default grid's: a model's build and its
+    forward pass on the short task inputs both cost in proportion to its weights."""
+    return sum(p["grid_layers"]) * sum(w * w for w in p["grid_widths"]) / _DEFAULT_GRID
+
+
+AVERAGING_COSTS = {
+    "sweep_seeds": (Cost(("n_grid", "sweep_seeds"), 0.8, "~0.8 s: one sweep model built and "
+                         "scored (the notes of n_grid and sweep_seeds)"),
+                    Cost(("n_grid", "sweep_seeds", "n_texts"), 0.01, "~10 ms: one input "
+                         "scored by one sweep model (n_texts' note: ~0.5 s per input for 52 "
+                         "models)")),
+    "n_null": (Cost(("n_long", "n_models", "n_null"), 2.5e-4, "~0.25 ms: one input of one "
+                    "model in one null replicate (n_null's note: ~3 ms per replicate at the "
+                    "defaults' 3 models x 4 inputs)"),),
+    "thr_texts": (Cost(("archs", "thr_seeds", "thr_grid", "thr_texts"), 0.04, "~40 ms: one "
+                       "input per task (4 scorings of ~10 ms, thr_texts' note) of one "
+                       "threshold model at one sigma"),),
+    "excess_sigmas": (Cost(("excess_seeds", "excess_sigmas", "n_texts"), 0.01, "~10 ms: one "
+                           "input scored by one model (excess_sigmas' note: ~4 s per sigma at "
+                           "16 seeds x 24 inputs)"),),
+}
+RANDOM_INIT_COSTS = {
+    "grid_inputs_per_task": (Cost(
+        ("grid_seeds", "grid_inputs_per_task"), 4 / 3, "~1.3 s: one seed's input per task "
+        "through the default 3 x 3 grid (grid_inputs_per_task's note: ~4 s per input per task "
+        "at 3 seeds)", scale=_grid_size, scale_text="the grid's weights over the default's "
+        "(sum of n_layer x n_embd^2)"),),
+    "length_seqs": (Cost(
+        ("length_seeds", "length_seqs"), 60.0, "~1 min: one sequence at T = 8,192 (the notes "
+        "of length_seeds and length_seqs; ~1 s at lengths <= 512)",
+        scale=lambda p: 2 * max(1 / 60, (max(p["lengths"]) / 8192) ** 2),
+        scale_text="2 kinds of sequence x max(1/60, (max(lengths) / 8192)^2)"),),
+    "init_stds": (Cost(("init_means", "init_stds", "n_seeds", "inputs_per_task"), 0.08,
+                       "~80 ms: one input per task (4 of ~10 ms, inputs_per_task's note) "
+                       "through one initialisation in its 2 readings"),),
+}
+PROBES_COSTS = {
+    "n_fit_tokens": (Cost(("model_seeds", "n_fit_tokens"), 1.2e-3, "~1.2 ms: one fitting "
+                          "token of one probe study (n_fit_tokens' note: ~1.2 s per 1,000)"),),
+    "mlp_fit_tokens": (Cost(("model_seeds", "mlp_fit_tokens"), 1.3e-3, "~1.3 ms: one fitting "
+                            "token of one model's MLP probe (its note: ~7 s at 5,400)"),),
+    "planted_fit_tokens": (Cost(("model_seeds", "planted_fit_tokens"), 5.6e-4, "~0.56 ms: one "
+                                "fitting token of one seed's planted controls (their note: "
+                                "~30 s at 5,400 tokens and 10 seeds)"),),
+    "grid_fit_tokens": (Cost(("grid_seeds", "grid_lengths", "grid_fit_tokens"), 5.6e-4,
+                             "~0.56 ms: one fitting token of one grid study (grid_lengths' "
+                             "note: ~3 s per study at 5,400)"),),
+}
+
+AVERAGING_EFFECT = ChapterSpec("averaging_effect", with_costs(theory_studies.CHAPTER_PARAMS,
+                                                              AVERAGING_COSTS), dict(
     task="reversal",  # task whose inputs feed the random models (longest: 22 tokens)
     n_texts=24,  # task inputs per model in the sigma sweep
     n_long=4,  # inputs of maximal length, for per-position checks
@@ -49,7 +122,8 @@ AVERAGING_EFFECT = ChapterSpec("averaging_effect", theory_studies.CHAPTER_PARAMS
     excess_sigmas=[0.1, 1.0],  # sigmas of the large-sigma study
 ))
 
-RANDOM_INIT = ChapterSpec("random_init", an.CHAPTER_PARAMS, dict(
+RANDOM_INIT = ChapterSpec("random_init", with_costs(an.CHAPTER_PARAMS, RANDOM_INIT_COSTS),
+                          dict(
     n_seeds=10,  # seeds per configuration (Fig. 1, init, controls)
     inputs_per_task=16,  # task inputs scored per seed and task
     heatmap_task="reversal",  # task whose longest input is drawn as heatmaps
@@ -95,7 +169,7 @@ TRAINED = ChapterSpec("trained", study.CHAPTER_PARAMS, dict(
 ), claims={tc.AFTER_TRAINING: "the-paper-s-claims", tc.FIRST_KEEP: "the-paper-s-claims",
            tc.LATER_WEAKEN: "the-paper-s-claims"})
 
-PROBES = ChapterSpec("probes", probe_study.CHAPTER_PARAMS, dict(
+PROBES = ChapterSpec("probes", with_costs(probe_study.CHAPTER_PARAMS, PROBES_COSTS), dict(
     profile="study",  # the committed trained study's profile (studies.trained_study)
     tasks=list(TASKS),  # read from that study
     model_seeds=list(range(10)),  # random-init models (data, probe seeds)

@@ -163,16 +163,21 @@ def load_summary(path: str | Path) -> tuple[dict, pd.DataFrame]:
         if path.suffix == ".csv":
             lines = text.splitlines()
             head = [ln[2:].split(": ", 1) for ln in lines if ln.startswith("# ")]
-            provenance = {k: json.loads(v) for k, v in head}
+            provenance = {k: results.parse_json(v, f"{path}: provenance.{k}") for k, v in head}
             table = pd.read_csv(io.StringIO("\n".join(ln for ln in lines
                                                       if not ln.startswith("#"))))
             runs = table.to_dict("records")
-            for row in runs:
+            for i, row in enumerate(runs):
                 for col in ("adjacency_before", "adjacency_after"):
-                    row[col] = json.loads(row[col])
+                    if not isinstance(row.get(col), str):  # an empty cell reads as NaN
+                        raise ValueError(f"runs[{i}].{col} = {row.get(col)!r}: must be the "
+                                         "layers' scores as a JSON list")
+                    row[col] = results.parse_json(row[col], f"{path}: runs[{i}].{col}")
             data = {"provenance": provenance, "runs": runs}
         else:
-            data = json.loads(text)
+            data = results.parse_json(text, str(path))
+    except results.ResultsError:
+        raise  # already names the file and the field
     except (OSError, ValueError, KeyError) as exc:
         raise results.ResultsError(f"{path}: cannot be read as a grid summary: {exc}") from None
     results.validate(data, "grid", str(path))

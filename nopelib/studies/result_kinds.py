@@ -1,8 +1,8 @@
-"""The own checks of the other result kinds: long, kernels, precision, early and text.
+"""The own checks of the other result kinds: long, kernels, precision and early.
 
 Each checks what its chapter reads (rows of scores per length and layer, the kernel sets'
-outcomes, the precision check's gaps recomputed from its runs, the early curves, the text
-study's scores and bits per character).
+outcomes, the precision check's gaps recomputed from its runs, the early curves and block 1's
+quantities); the text study's are ``result_text``'s.
 """
 
 from __future__ import annotations
@@ -12,22 +12,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from nopelib.core.features import FEATURE_SETS
+from nopelib.core.tasks import TASKS
 from nopelib.core.model import GPTConfig
 from nopelib.rules import bf16
-from nopelib.rules.beyond_claims import TEXT_ENCODINGS
 from nopelib.rules.claims import LEARNED_AT
 from nopelib.studies.result_checks import (bad_value, check_complete, check_distinct, check_fields,
                                            check_layers, check_same, check_series, known_profile,
                                            layer_rows, profile_record)
 from nopelib.studies.result_schema import (ACCURACIES, CAMPAIGN_RUN, DTYPE_POLICIES, EARLY_CURVE,
-                                           EARLY_FULL_PREFIX, EARLY_FULL_RUN, EARLY_RUN,
-                                           EARLY_SHARES, EXTRA_RUN, GAP, LONG_RUN, LOSSES,
-                                           PRECISION_POLICY, PROVENANCE, REL_TOL, RUN,
-                                           ResultsError, Rule, SECONDS, SEED_FIELD, SHARE, STEPS,
-                                           int_rule, list_of, number_rule, object_rule, one_of,
-                                           rows_rule, text_rule)
-from nopelib.training.text_lm import TextProfile, lengths_for
+                                           EARLY_FULL_PREFIX, EARLY_FULL_RUN, EARLY_MEASURED,
+                                           EARLY_RUN, EXTRA_RUN, GAP, LONG_RUN, PRECISION_POLICY,
+                                           PROVENANCE, REL_TOL, RUN, ResultsError, Rule, SECONDS,
+                                           SEEDS_FIELD, SHARE, list_of, number_rule, one_of,
+                                           text_rule)
 from nopelib.training.train_profile import PRECISIONS, TrainProfile
 
 
@@ -212,9 +209,31 @@ def check_precision(name: str, doc: dict) -> None:
                         f"{bf16.verdict(table)!r}, the verdict of gaps")
 
 
-# the CPU kernels an early study trained under (files from before it was recorded lack it)
+# the CPU kernels an early study trained under, and what its runs hold (early_study.contents;
+# files from before they were recorded lack them)
 EARLY_PROVENANCE_OPTIONAL: dict[str, Rule] = {
-    "cpu_capability": (lambda v: isinstance(v, str) and bool(v), "torch's CPU capability")}
+    "cpu_capability": (lambda v: isinstance(v, str) and bool(v), "torch's CPU capability"),
+    "tasks": list_of(lambda v: v in TASKS, f"a list of distinct tasks of {list(TASKS)}",
+                     distinct=True, empty=False),
+    "seeds": SEEDS_FIELD,
+    "ablations": list_of(text_rule, "a list of distinct ablation names", distinct=True,
+                         empty=False)}
+
+
+def learning_rates(peak: float) -> Rule:
+    """A curve's learning rate under a profile whose rate peaks at ``peak``
+    (``TrainProfile.lr_at``: warm-up to it, then constant or decaying, never below 0)."""
+    return number_rule(0.0, peak), f"a learning rate in [0, {peak:g}] (the profile's lr)"
+
+
+def check_measured(where: str, point: dict, quantities: Sequence[str]) -> None:
+    """rho, as block 1 was measured: the ratio of the embedding's RMS norm to the value
+    vectors' (``dynamics.measure_block1``), at each of a curve's points or once."""
+    for i, (rho, e, u) in enumerate(zip(*(point[k] for k in quantities))):
+        if u > 0 and not math.isclose(rho, e / u, rel_tol=1e-6, abs_tol=1e-12):
+            shown = f"[{i}]" if len(point["rho"]) > 1 else ""
+            raise bad_value(f"{where}.rho{shown}", rho,
+                            f"{e / u!r}, embedding_rms / value_rms (dynamics.measure_block1)")
 
 
 def run_policy(run: dict, training: dict) -> str | None:
@@ -246,8 +265,7 @@ def check_early(name: str, doc: dict) -> None:
     for i, earlier in enumerate(kept_from):
         check_fields(f"{name}: provenance.kept_from[{i}]", earlier,
                      {k: PROVENANCE[k] for k in ("command", "commit", "date")})
-    finite: Rule = (number_rule(), "a finite number")
-    series = {k: ACCURACIES if k in EARLY_SHARES else finite for k in EARLY_CURVE[1:]}
+    series = {**EARLY_CURVE, "lr": learning_rates(prof.lr)}
     # a run to the end of its budget (early_study --full) is scored on the whole test split
     full = Path(name).name.startswith(EARLY_FULL_PREFIX)
     n_test = min(prof.n_test, prof.n_eval)
@@ -266,6 +284,9 @@ def check_early(name: str, doc: dict) -> None:
             raise bad_value(f"{where}.n_test", run["n_test"],
                             f"{n_test}, the whole test split (provenance.training)")
         check_layers(f"{where}.scores_init", run["scores_init"], layers)
+        check_fields(f"{where}.measure_init", run["measure_init"], EARLY_MEASURED)
+        rms = ("rho", "embedding_rms", "value_rms")
+        check_measured(f"{where}.measure_init", {k: [run["measure_init"][k]] for k in rms}, rms)
         if run["steps"] > prov["window"]:
             raise bad_value(f"{where}.steps", run["steps"],
                             f"at most the study's window (provenance.window = {prov['window']})")
@@ -275,6 +296,7 @@ def check_early(name: str, doc: dict) -> None:
         check_series(f"{where}.curve", run["curve"], run["steps"],
                      {**series, "scores": layer_rows(layers)},
                      {"val_accuracy": ACCURACIES})
+        check_measured(f"{where}.curve", run["curve"], rms)
     policies: dict[str, set] = {}
     for run in runs:
         policies.setdefault(run["task"], set()).add(run_policy(run, prov["training"]))
@@ -284,64 +306,8 @@ def check_early(name: str, doc: dict) -> None:
                            "(dtype_policy, or none recorded): a task's runs share one")
     known_profile(name, prov)
     check_distinct(name, runs, ("task", "frozen", "seed"), ("curve", lambda r: r["curve"]))
-
-
-# a run of the text study (nopelib.studies.text_study): a language model, no task
-TEXT_RUN: dict[str, Rule] = {
-    "encoding": one_of(TEXT_ENCODINGS),
-    "seed": SEED_FIELD,
-    "steps": STEPS,
-    "train_seconds": SECONDS,
-    "val_bpc": (number_rule(0.0), "a finite number >= 0"),
-    "test_bpc": (number_rule(0.0), "a finite number >= 0"),
-    "curve": object_rule("an object of lists, one value per curve point"),
-    "scores": object_rule("an object with init and trained: per length, mean and sd per layer"),
-    "probes": rows_rule("{stage, length, layer, features, seed, nrmse, r}"),
-    "samples": rows_rule("{prompt, text}"),
-}
-TEXT_STAGES = ("init", "trained")
-
-
-def check_text(name: str, doc: dict) -> None:
-    prov, runs = doc["provenance"], doc["runs"]
-    prof = profile_record(name, prov, TextProfile)
-    layers = prof.n_layer + 1
-    finite: Rule = (number_rule(), "a finite number")
-    for i, run in enumerate(runs):
-        where = f"{name}: runs[{i}]"
-        check_fields(where, run, TEXT_RUN)
-        check_series(f"{where}.curve", run["curve"], run["steps"],
-                     {"loss": LOSSES, "lr": finite, "val_bpc": LOSSES,
-                       "scores": layer_rows(layers)})
-        allowed = lengths_for(run["encoding"], prof)
-        for stage in TEXT_STAGES:
-            per = run["scores"].get(stage)
-            if (not isinstance(per, dict) or not all(k.isdigit() for k in per)
-                    or sorted(map(int, per)) != allowed):
-                raise bad_value(f"{where}.scores.{stage}", per,
-                                f"an object with the lengths {allowed} (the {run['encoding']} "
-                                "model's)")
-            for n, row in per.items():
-                if not isinstance(row, dict):
-                    raise bad_value(f"{where}.scores.{stage}.{n}", row, "an object: mean, sd")
-                check_fields(f"{where}.scores.{stage}.{n}", row,
-                             {"mean": layer_rows(layers),
-                               "sd": ((lambda v: list_of(number_rule(0.0), "")[0](v)
-                                       and len(v) == layers),
-                                      f"{layers} standard deviations >= 0, one per layer")})
-        for j, row in enumerate(run["probes"]):
-            check_fields(f"{where}.probes[{j}]", row, {
-                "stage": one_of(TEXT_STAGES), "length": one_of_ints(allowed),
-                "layer": (int_rule(0, layers - 1), f"a layer in [0, {layers - 1}]"),
-                "features": one_of(FEATURE_SETS), "seed": SEED_FIELD,
-                "nrmse": (number_rule(0.0), "a finite number >= 0"),
-                "r": (number_rule(-1.0, 1.0), "a correlation in [-1, 1]")})
-        for j, row in enumerate(run["samples"]):
-            check_fields(f"{where}.samples[{j}]", row, {"prompt": (text_rule, "a prompt"),
-                                                         "text": (text_rule, "generated text")})
-    check_distinct(name, runs, ("encoding", "seed"), ("curve", lambda r: r["curve"]))
-
-
-def one_of_ints(options: Sequence[int]) -> Rule:
-    allowed = tuple(options)
-    return (lambda v: type(v) is int and v in allowed, f"one of {list(allowed)}")
+    for field, of_runs in (("tasks", [t for t in TASKS if any(r["task"] == t for r in runs)]),
+                           ("seeds", sorted({r["seed"] for r in runs}))):
+        if field in prov and prov[field] != of_runs:
+            raise bad_value(f"{name}: provenance.{field}", prov[field],
+                            f"{of_runs}, the runs' (early_study.contents)")

@@ -65,6 +65,7 @@ def check_trained(name: str, doc: dict) -> None:
     check_same(name, runs, "task", lambda r: r["task"])
     check_same(name, runs, "the fields written after the first studies (wall_seconds, resumed_at, "
                "dtype_policy, matrices)", lambda r: sorted(set(TRAINED_RUN_LATER) & set(r)))
+    _check_policy(name, runs, prof)
     check_same(name, runs, "probes' settings (w, fit_tokens, probe_seeds)",
                lambda r: [r["probes"][k] for k in ("w", "fit_tokens", "probe_seeds")])
     seeds = known_profile(name, prov).seeds  # a study counts its profile's seeds as complete
@@ -75,6 +76,18 @@ def check_trained(name: str, doc: dict) -> None:
     check_distinct(name, runs, ("seed",), ("trajectory", lambda r: r["trajectory"]))
     check_distinct(name, runs, ("key",))  # the run cache's key names one task, seed and profile
     _check_trained_provenance(name, prov, runs, prof)
+
+
+def _check_policy(name: str, runs: list[dict], prof: TrainProfile) -> None:
+    """How the runs' steps computed (``devices.dtype_policy``): float32 under a float32
+    profile; under a bf16 one, bf16 autocast or float32 (a task no precision check cleared, or a
+    CPU without bf16 units), the same for every run of the file (one task's study)."""
+    if "dtype_policy" not in runs[0]:
+        return  # a file from before runs recorded it (check_same: none of its runs does)
+    if prof.precision == "float32" and runs[0]["dtype_policy"] != "float32":
+        raise bad_value(f"{name}: runs[0].dtype_policy", runs[0]["dtype_policy"],
+                        "'float32': the profile (provenance.training) trains in float32")
+    check_same(name, runs, "dtype_policy", lambda r: r["dtype_policy"])
 
 
 def _check_trained_run(where: str, run: Any, prof: TrainProfile) -> None:
@@ -100,8 +113,7 @@ def _check_trained_run(where: str, run: Any, prof: TrainProfile) -> None:
     if steps > cap:
         raise bad_value(f"{where}.steps", steps, f"at most the {prof.name} profile's {cap:,} "
                                             f"steps for {task}")
-    if run["decay_from"] is not None and run["decay_from"] > steps:
-        raise bad_value(f"{where}.decay_from", run["decay_from"], f"null or a step in [1, {steps}]")
+    _check_budget(where, run, prof.for_task(task))
     for field in ("scores_init", "scores_after"):
         check_layers(f"{where}.{field}", run[field], layers)
     t = run["trajectory"]
@@ -130,8 +142,32 @@ def _check_trained_run(where: str, run: Any, prof: TrainProfile) -> None:
     _check_probes(f"{where}.probes", run["probes"], layers)
 
 
+def _check_budget(where: str, run: dict, prof: TrainProfile) -> None:
+    """Where the run's budget ended (``loop``: a budget that follows progress): ``decay_from``
+    null where the step cap ended it (no ``stop_at``, or the validation split never reached
+    it), else the step the split reached ``stop_at``, from which the run trained on at least
+    ``tail_steps`` more, up to the cap (relearning only lengthens the tail)."""
+    decay_from, steps, cap = run["decay_from"], run["steps"], prof.steps
+    if decay_from is None:
+        if steps != cap:
+            raise bad_value(f"{where}.decay_from", decay_from,
+                            f"the step its validation split reached stop_at: a run of {steps:,} "
+                            f"steps ended before the cap ({cap:,}), so its tail began")
+        return
+    if not prof.stop_at:
+        raise bad_value(f"{where}.decay_from", decay_from,
+                        "null: the profile's budget does not follow progress (stop_at 0)")
+    end = min(cap, decay_from + prof.tail_steps(decay_from))
+    if not end <= steps:
+        raise bad_value(f"{where}.decay_from", decay_from,
+                        f"null or a step after which the run's {steps:,} steps hold its tail "
+                        f"(decay_from + tail_steps(decay_from), at most {cap:,})")
+
+
 def _check_matrices(where: str, matrices: dict, layers: int) -> None:
-    """Every layer's self-similarity matrix on one input: one row and column per character."""
+    """Every layer's self-similarity matrix on one input: one row and column per character,
+    cosines in [-1, 1], and 1 on the diagonal (a vector's cosine with itself, up to float32
+    rounding)."""
     text = matrices.get("text")
     if not text_rule(text):
         raise bad_value(f"{where}.text", text, "the input's text")
@@ -146,6 +182,10 @@ def _check_matrices(where: str, matrices: dict, layers: int) -> None:
                 for row in mat)):
             raise ResultsError(f"{where}.layers[{layer}] must be a {n} x {n} matrix (one row "
                                f"and column per character of {text!r}) of cosines in [-1, 1]")
+        off = next((i for i in range(n) if not math.isclose(mat[i][i], 1.0, abs_tol=1e-4)), None)
+        if off is not None:
+            raise bad_value(f"{where}.layers[{layer}][{off}][{off}]", mat[off][off],
+                            "1 within 1e-4: the cosine of a position's vector with itself")
 
 
 def _check_probes(where: str, probes: dict, layers: int) -> None:

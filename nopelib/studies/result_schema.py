@@ -95,7 +95,9 @@ def object_rule(words: str) -> Rule:
 
 SEED_FIELD: Rule = (int_rule(0, MAX_SEED), f"an integer in [0, {MAX_SEED}]")
 STEPS: Rule = (int_rule(1), "an integer >= 1")
-SECONDS: Rule = (number_rule(0.0), "a finite number >= 0")
+MAX_SECONDS = 366 * 86_400  # no run, study or sitting here takes a year
+SECONDS: Rule = (number_rule(0.0, MAX_SECONDS), f"a finite number of seconds in [0, "
+                 f"{MAX_SECONDS:,}] (a year)")
 SHARE: Rule = (number_rule(0.0, 1.0), "a number in [0, 1]")
 _SCORES: Rule = (scores_rule, "a list of >= 2 scores in [0, 1], one per layer")
 _TASK: Rule = one_of(TASKS)
@@ -129,7 +131,7 @@ EXTRA_PROVENANCE: dict[str, dict[str, Rule]] = {
               "training": object_rule("the study's profile's fields")},
     "text": {"profile": (text_rule, "a text profile name"),
              "training": object_rule("the text profile's fields"),
-             "unigram_bpc": (number_rule(0.0), "a finite number >= 0"),
+             "unigram_bpc": (number_rule(0.0), "a finite number >= 0 (result_text's BPC)"),
              "windows": object_rule("an object with n, seed and split")},
     "campaign": {"profile": (text_rule, "a profile name"),
                  "queue": (lambda v: isinstance(v, list) and bool(v) and all(
@@ -139,6 +141,12 @@ EXTRA_PROVENANCE: dict[str, dict[str, Rule]] = {
                   "rule": (text_rule, "the rule's text"),
                   "verdict": one_of(("no change", "changes")),
                   "training": object_rule("the profile's fields")},
+}
+# provenance fields some files hold besides: notes on how they were made, the CPU's kernels
+_NOTE: Rule = (text_rule, "a note (a non-empty string)")
+OPTIONAL_PROVENANCE: dict[str, dict[str, Rule]] = {
+    "recipe": {"load_note": _NOTE, "training_note": _NOTE},
+    "precision": {"cpu_capability": (text_rule, "torch's CPU capability")},
 }
 # the trained study's bookkeeping: checked once its runs are (a run names its own problem)
 TRAINED_PROVENANCE: dict[str, Rule] = {"runs_from_cache": (int_rule(0), "an integer >= 0")}
@@ -220,6 +228,9 @@ TRAINED_RUN_LATER: dict[str, Rule] = {
     "dtype_policy": one_of(DTYPE_POLICIES),
     "matrices": object_rule("an object with text and layers"),
 }
+# a probe's NRMSE (metrics.nrmse: RMSE over the target's spread): 1 is predicting the mean, the
+# committed probes reach 1.45 at most; ten times the mean's error is no fit that was made
+NRMSE: Rule = (number_rule(0.0, 10.0), "a finite NRMSE in [0, 10] (1: the target's mean)")
 # a trained run's position probes (trained_study.probe_record) and one of their rows
 PROBES: dict[str, Rule] = {
     "w": STEPS, "fit_tokens": STEPS, "n_sequences": STEPS,
@@ -231,13 +242,15 @@ PROBE_ROW: dict[str, Rule] = {
     "layer": (int_rule(0), "a layer >= 0"),
     "features": one_of(FEATURE_SETS),
     "seed": SEED_FIELD,
-    "nrmse": (number_rule(0.0), "a finite NRMSE >= 0"),
+    "nrmse": NRMSE,
     "r": (number_rule(-1.0, 1.0), "a Pearson r in [-1, 1]"),
 }
 # the precision check's table (bf16.gaps), recomputed from the runs
 GAP: dict[str, Rule] = {
     "task": _TASK, "quantity": (text_rule, "a quantity the rule compares"),
-    "precision_gap": SECONDS, "seed_gap": SECONDS, "n_seeds": (int_rule(2), "an integer >= 2"),
+    "precision_gap": (number_rule(0.0), "a finite number >= 0"),
+    "seed_gap": (number_rule(0.0), "a finite number >= 0"),
+    "n_seeds": (int_rule(2), "an integer >= 2"),
     "verdict": one_of(("no change", "changes")),
 }
 # a curve's series: one value per curve step
@@ -271,9 +284,7 @@ EARLY_RUN: dict[str, Rule] = {
     "train_seconds": SECONDS,
     "curve_seconds": SECONDS,
     "scores_init": _SCORES,
-    "measure_init": (lambda v: isinstance(v, dict) and bool(v)
-                     and all(number_rule()(x) for x in v.values()),
-                     "an object of finite numbers"),
+    "measure_init": object_rule("block 1's quantities at initialisation (EARLY_MEASURED)"),
     "curve": object_rule("an object of lists, one value per curve point"),
 }
 # what a run to the end of its budget records besides (early_study --full), in a file of its
@@ -284,11 +295,22 @@ EARLY_FULL_RUN: dict[str, Rule] = {
     "n_test": STEPS,
     "resumed_at": list_of(int_rule(1), "a list of steps >= 1"),
 }
-# the curve fields every early run records, besides scores (one list per point)
-EARLY_CURVE = ("step", "accuracy", "lr", "rho", "value_common", "embedding_common", "entropy",
-               "value_axis", "embedding_axis", "score_without_mlp", "predicted")
-EARLY_SHARES = ("accuracy", "value_common", "embedding_common", "value_axis", "embedding_axis",
-                "score_without_mlp", "predicted")  # those of them in [0, 1]
+# block 1's quantities (averaging.dynamics.Block1, and the layer-1 score the theory predicts
+# from them), at initialisation (a run's measure_init) and at every curve point. rho is the
+# ratio embedding_rms / value_rms of two RMS norms (checked against them): the studies' models
+# start below 1 and reach ~3; 10^4 is beyond any float32 run of theirs. entropy is over log k
+# (1: uniform attention), so at most 1 up to float32 rounding
+RMS: Rule = (number_rule(0.0, 1e6), "a finite RMS norm in [0, 1e6]")
+EARLY_MEASURED: dict[str, Rule] = {
+    "rho": (number_rule(0.0, 1e4), "a finite ratio of RMS norms in [0, 1e4]"),
+    "value_common": SHARE, "embedding_common": SHARE,
+    "entropy": (number_rule(0.0, 1.0 + 1e-6), "an attention entropy over log k in [0, 1]"),
+    "value_axis": SHARE, "embedding_axis": SHARE, "score_without_mlp": SHARE,
+    "embedding_rms": RMS, "value_rms": RMS, "predicted": SHARE,
+}
+# the curve fields every early run records besides step, scores and lr (checked against the
+# profile's learning rate): one value per point
+EARLY_CURVE: dict[str, Rule] = {"accuracy": ACCURACIES, "loss": LOSSES, **EARLY_MEASURED}
 
 
 def kind_of(path: Path) -> str:

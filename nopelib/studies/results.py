@@ -21,13 +21,18 @@ trained chapter calls it when it starts, before any training. A study writes its
 ``write``, which validates it the same way and commits it atomically, with the ``provenance``
 every study records (command, commit, machine, torch, wall time, date), under the file's lock
 with the file re-read (two invocations writing one study merge their runs, and
-``result_guard`` refuses a write that would replace a committed result not named). The schemas are
+``result_guard`` refuses a write that would replace a committed result not named), and records
+the file's SHA-256 in the folder's manifest: a committed file edited by hand afterwards is
+refused by ``load``, even where every value stays in its range (``result_manifest``;
+``python -m nopelib.studies.results --sign FILE ...`` signs a valid file an older checkout
+wrote). The schemas are
 ``result_schema``'s, the checks every kind shares ``result_checks``', and each kind's own checks
 ``result_runs``' (recipe, grid, trained) and ``result_kinds``' (the others).
 """
 
 from __future__ import annotations
 
+import argparse
 import fcntl
 import json
 import os
@@ -45,12 +50,15 @@ import numpy as np
 import torch
 
 from nopelib.store import cache
+from nopelib.studies import result_manifest
 from nopelib.studies.result_checks import check_depth, check_fields
 from nopelib.studies.result_kinds import (check_campaign, check_early, check_kernels,
-                                          check_long, check_precision, check_text)
+                                          check_long, check_precision)
 from nopelib.studies.result_runs import check_grid, check_recipe, check_trained
+from nopelib.studies.result_text import check_text
 from nopelib.studies.result_schema import (EXTRA_PROVENANCE, KINDS, MAX_BYTES, MAX_DEPTH,
-                                           PROVENANCE, ResultsError, kind_of)
+                                           OPTIONAL_PROVENANCE, PROVENANCE, ResultsError,
+                                           kind_of)
 
 
 RESULTS_DIR = cache.PACKAGE_DIR.parent / "book" / "results"
@@ -72,7 +80,7 @@ def validate(doc: Any, kind: str, name: str = "result") -> dict:
     if not isinstance(doc, dict):
         raise ResultsError(f"{name}: the document must be an object with provenance and runs")
     check_fields(f"{name}: provenance", doc.get("provenance"),
-                 {**PROVENANCE, **EXTRA_PROVENANCE[kind]})
+                 {**PROVENANCE, **EXTRA_PROVENANCE[kind]}, OPTIONAL_PROVENANCE.get(kind))
     runs = doc.get("runs")
     if not isinstance(runs, list) or not runs:
         raise ResultsError(f"{name}: runs must be a non-empty list")
@@ -101,23 +109,60 @@ def _object_of_pairs(pairs: list[tuple[str, Any]]) -> dict:
     return out
 
 
+def parse_json(data: bytes | str, name: str) -> Any:
+    """The JSON document ``data`` of the file ``name``; a one-line ResultsError naming the file
+    when it is no JSON, gives a key twice, or is nested too deep for the parser."""
+    try:
+        return json.loads(data, object_pairs_hook=_object_of_pairs)
+    except RecursionError:  # json's parser recurses once per level of nesting
+        raise ResultsError(f"{name}: cannot be read as JSON: nested deeper than Python's "
+                           f"recursion limit ({sys.getrecursionlimit()}); no result field is "
+                           f"nested more than {MAX_DEPTH} levels deep") from None
+    except ValueError as exc:
+        raise ResultsError(f"{name}: cannot be read as JSON: {exc}") from None
+
+
+def _read(path: Path) -> tuple[bytes, dict]:
+    """A result file's bytes and its validated document (not yet checked against the
+    manifest)."""
+    kind = kind_of(path)
+    try:
+        data = cache.read_bytes(path, MAX_BYTES)
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot be read as JSON: {exc}") from None
+    doc = parse_json(data, str(path))
+    validate(doc, kind, str(path))
+    _check_name(path, doc, kind)
+    return data, doc
+
+
+def is_signed_folder(folder: Path) -> bool:
+    """Whether the files of ``folder`` must match its manifest (``result_manifest``): the
+    committed results, and any folder that holds a manifest."""
+    return (folder.resolve() == Path(RESULTS_DIR).resolve()
+            or result_manifest.manifest_path(folder).exists())
+
+
 def load(path: str | Path) -> dict:
     """The validated document of one committed result file (a name is looked up in
-    RESULTS_DIR)."""
+    RESULTS_DIR); in a signed folder (``is_signed_folder``) its bytes must be those its
+    manifest records."""
     path = Path(path)
     if not path.is_absolute() and not path.exists():
         path = RESULTS_DIR / path.name
-    kind = kind_of(path)
-    try:
-        doc = json.loads(cache.read_bytes(path, MAX_BYTES), object_pairs_hook=_object_of_pairs)
-    except RecursionError:  # json's parser recurses once per level of nesting
-        raise ResultsError(f"{path}: cannot be read as JSON: nested deeper than Python's "
-                           f"recursion limit ({sys.getrecursionlimit()}); no result field is "
-                           f"nested more than {MAX_DEPTH} levels deep") from None
-    except (OSError, ValueError) as exc:
-        raise ResultsError(f"{path}: cannot be read as JSON: {exc}") from None
-    validate(doc, kind, str(path))
-    _check_name(path, doc, kind)
+    data, doc = _read(path)
+    if is_signed_folder(path.parent):
+        result_manifest.check(path, data)
+    return doc
+
+
+def sign(path: Path) -> dict:
+    """Record the digest of the result file ``path`` in its folder's manifest, once it is
+    validated against its schema (a ResultsError, and nothing signed, otherwise): for a file
+    a study command wrote without recording it, e.g. from a clone of an older commit."""
+    with locked(path):
+        data, doc = _read(path)
+        result_manifest.record(path, data)
     return doc
 
 
@@ -223,5 +268,36 @@ def write(path: Path, doc: dict, kind: str,
             doc = merge(load(path) if path.exists() else None, doc)
         validate(doc, kind, str(path))
         _check_name(path, doc, kind)
-        cache.commit_file(path, (dumps(doc) + "\n").encode())
+        data = (dumps(doc) + "\n").encode()
+        cache.commit_file(path, data)
+        result_manifest.record(path, data)
     return doc
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Check every committed result, or sign files (``--sign``): each validated first, and
+    none signed when one is invalid (exit 2 naming it)."""
+    parser = argparse.ArgumentParser(prog="python -m nopelib.studies.results",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sign", nargs="+", type=Path, metavar="FILE", default=[],
+                        help="validate each file and record its SHA-256 in its folder's "
+                             f"{result_manifest.MANIFEST_NAME} (for a file a study command "
+                             "wrote without recording it, e.g. from an older clone)")
+    args = parser.parse_args(argv)
+    for path in args.sign:
+        try:
+            _read(path)
+        except ResultsError as exc:
+            parser.error(f"{exc}: not signed (nothing was)")
+    for path in args.sign:
+        sign(path)
+        print(f"signed {path}")
+    if not args.sign:
+        try:
+            print(f"{len(check_all())} committed results are valid and signed")
+        except ResultsError as exc:
+            parser.exit(1, f"{exc}\n")
+
+
+if __name__ == "__main__":
+    main()

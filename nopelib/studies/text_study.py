@@ -33,7 +33,7 @@ import pandas as pd
 import torch
 
 from nopelib.averaging.theory_config import closed_form_ratio, predict_config_score
-from nopelib.core.corpus import load
+from nopelib.core.corpus import CorpusError, load
 from nopelib.core.model import GPT
 from nopelib.core.params import SEED, Choice, ListOf
 from nopelib.core.probe import RidgeConfig, probe_model
@@ -238,6 +238,10 @@ def main(argv: list[str] | None = None) -> None:
     from nopelib.core.params import Int, check_args
     from nopelib.training.gate import training_time_problem
 
+    try:  # now, not in the first run's worker after the checks: a missing or altered package
+        load()
+    except CorpusError as exc:
+        parser.error(str(exc))
     prof = TEXT_PROFILES[args.profile]
     seeds = list(prof.seeds) if args.seeds is None else args.seeds
     check_args(parser, {
