@@ -4,6 +4,7 @@ probabilities, the threshold reading, the frames and the committed file's schema
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from nopelib.core.model import GPTConfig
@@ -117,3 +118,16 @@ def test_figures_draw_every_model_and_the_prediction():
                                by="group")
     words = lc.summary(table, up_to, 64)
     assert words.count("- **") == 2 and "at 64 tokens the score" in words
+
+
+def test_a_window_s_covered_octaves_are_not_counted_twice_and_agreements_say_their_bounds():
+    rows = [dict(n_embd=384, window=window, layer=1, octave=octave, d=d, seed=seed,
+                 measured=0.99 if d == 2 else 0.5 + 0.01 * seed, predicted=0.9)
+            for window in (0, 64) for octave in (32, 64, 128) for d in (2, 4, 8)
+            for seed in range(3)]
+    res = lc.resolution(pd.DataFrame(rows))
+    kept = set(zip(res.window, res.octave))
+    assert kept == {(0, 32), (0, 64), (0, 128), (64, 128)}  # 32 and 64 fit in the window
+    cells = pd.DataFrame({"d_hi": [5.0, np.nan, np.nan, 3.0]})
+    agree = pd.Series(["agrees", "agrees", "disagrees", "uninformative"])
+    assert lc.agreement_bounds(cells, agree) == (1, 1)

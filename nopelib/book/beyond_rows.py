@@ -108,9 +108,11 @@ def long_rows() -> list[dict]:
     rows = [make_row(spec, r, models.get(w, models["all"]),
                      table[(table.claim == c) & (table.reading == r)], "group", evidence)
             for (c, r, spec), w in zip(specs, which)]
-    agree = beyond_claims.resolution_agreement(long_context.resolution(frames["order"]))
+    res = long_context.resolution(frames["order"])
+    agree = beyond_claims.resolution_agreement(res)
     informative = agree[agree != "uninformative"]
     n = int((informative == "agrees").sum())
+    bounded, open_top = long_context.agreement_bounds(res, agree)
     label, inside = models["all"]
     rows.append(dict(
         groups=None, claim="beyond: the theory's resolution d*(i)",
@@ -119,8 +121,10 @@ def long_rows() -> list[dict]:
         paper="(not in the paper) The averaging theory predicts, before the model runs, how far "
         "back row i tells a position from its neighbour (d*(i), layer 1).",
         measured=f"inside the measured interval in {n} of the {len(informative)} informative "
-                 f"octaves and models ({len(agree) - len(informative)} of {len(agree)} say "
-                 "nothing either way: predicted unresolved, interval open at the top)",
+                 f"octaves and models ({bounded} inside an interval bounded on both sides, "
+                 f"{open_top} inside one open at the top; {len(agree) - len(informative)} of "
+                 f"{len(agree)} say nothing either way: predicted unresolved, interval open "
+                 "at the top)",
         verdict=claims.overall(informative.map({"agrees": "holds", "disagrees": "fails"})),
         evidence=f"{evidence}; pointwise t intervals over seeds",
         section=link("long_sequences", "resolution-predicted-beside-measured")))

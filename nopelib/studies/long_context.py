@@ -174,8 +174,12 @@ def resolution(order: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
     where the upper end reaches ORDER_LEVEL to where the lower end does (NaN: never
     within the distances). "predicted" is the theory's d* (block 1, so the layer-1 rows
     only). Columns: n_seeds, d_star, d_lo, d_hi, predicted, and each as a share of the
-    octave's middle position."""
+    octave's middle position. A windowed model's octaves that its window covers whole (a <=
+    window) are left out: they repeat the global model's."""
     rows = []
+    # a window of w tokens covers every row of an octave a <= w: the same outcomes as global
+    # attention, which a table must not count twice
+    order = order[(order.window == 0) | (order.octave > order.window)]
     for key, g in order.groupby(["n_embd", "window", "layer", "octave"]):
         per_d = g.groupby("d")
         ds = np.array(sorted(g.d.unique()))
@@ -191,6 +195,15 @@ def resolution(order: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
                                                           "predicted")})
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def agreement_bounds(res: pd.DataFrame, agree: pd.Series) -> tuple[int, int]:
+    """Of the cells where the theory's d* agrees (``beyond_claims.resolution_agreement``),
+    how many have a measured interval bounded on both sides, and how many one open at the
+    top (any d* beyond its lower end agrees there)."""
+    hit = res.loc[agree[agree == "agrees"].index]
+    bounded = int(np.isfinite(hit.d_hi.fillna(np.inf)).sum())
+    return bounded, len(hit) - bounded
 
 
 def score_table(scores: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
