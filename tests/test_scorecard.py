@@ -410,3 +410,16 @@ def test_text_rows_judge_the_initialisation_live_and_the_trained_on_the_committe
         rows = scorecard.text_rows()
         assert {r["verdict"] for r in rows[1:]} == {"untested"}
         assert "not judged" in rows[1]["measured"]
+
+def test_the_tally_counts_each_model_apart_in_the_card_s_order():
+    card = pd.DataFrame({"claim": ["2: a", "2: a", "4: b", "beyond: c", "4: b"],
+                         "model": ["6 x 384", "4 x 96", "6 x 384", "6 x 384", "4 x 96"],
+                         "verdict": ["replicates", "fails", "cannot tell", "fails",
+                                     "fails"]})
+    counts = scorecard.tally(card)
+    assert list(counts.index) == ["6 x 384", "4 x 96"]  # beyond rows not counted
+    assert counts.loc["6 x 384", "replicates"] == 1 and counts.loc["4 x 96", "fails"] == 2
+    assert counts["rows"].tolist() == [2, 2]
+    assert scorecard.tally_text(counts, "4 x 96") == "2 fail (of 2 rows)"
+    assert scorecard.tally_text(counts, "6 x 384") == ("1 replicate, 1 cannot tell "
+                                                       "(of 2 rows)")

@@ -119,3 +119,19 @@ def test_explorers_draw_what_their_compute_returns(monkeypatch):
     assert calls[-1] == dict(layer=3, init_target="all", init_mean=4.0, init_std=0.01)
     assert shown[-1].layout.annotations[0].text == "layer 3: score 0.750"
     assert shown[-1].layout.title.text == "reading 'all', μ=4, σ=0.0100"
+
+
+def test_a_heatmap_grid_can_scale_each_panel_to_its_own_off_diagonal_range():
+    from nopelib.book import viz
+
+    flat = np.full((3, 3), 0.9)
+    flat[0, 1] = flat[1, 0] = 0.95
+    np.fill_diagonal(flat, 1.0)
+    wide = np.eye(3) + np.array([[0, -0.5, 0.2], [-0.5, 0, 0.1], [0.2, 0.1, 0]])
+    shared = viz.heatmap_grid([flat, wide], ["a", "b"])
+    assert {(t.zmin, t.zmax) for t in shared.data} == {(-1.0, 1.0)}
+    own = viz.heatmap_grid([flat, wide], ["a", "b"], per_panel=True)
+    assert [(t.zmin, t.zmax) for t in own.data] == [(0.9, 0.95), (-0.5, 0.2)]
+    titles = [a.text for a in own.layout.annotations]
+    assert titles == ["a (0.90 to 0.95)", "b (-0.50 to 0.20)"]
+    assert not any(t.showscale for t in own.data)  # no one colour bar for different scales

@@ -129,6 +129,28 @@ def summary(card: pd.DataFrame) -> dict[str, int]:
             "n_beyond_rows": len(card) - len(paper)}
 
 
+def tally(card: pd.DataFrame) -> pd.DataFrame:
+    """The rows for the paper's results counted per model (the card's order: the paper's own
+    model first), one column per verdict and ``rows``: a headline that pools two models would
+    count one claim twice and hide which model says what."""
+    paper = card[~card.claim.str.startswith("beyond")]
+    counts = pd.crosstab(paper.model, paper.verdict).reindex(
+        index=list(dict.fromkeys(paper.model)), columns=list(VERDICTS), fill_value=0)
+    counts["rows"] = counts.sum(axis=1)
+    counts.columns.name = None
+    return counts
+
+
+def tally_text(counts: pd.DataFrame, model: str) -> str:
+    """One model's row of ``tally`` in words: "3 replicate, 1 fails, 2 cannot tell of 6"."""
+    row = counts.loc[model]
+    parts = [f"{row[v]} {VERB.get(v, v)}" for v in VERDICTS if row[v]]
+    return ", ".join(parts) + f" (of {row['rows']} rows)"
+
+
+VERB = {"replicates": "replicate", "partly": "partly replicate", "fails": "fail"}  # plurals
+
+
 # ---------------------------------------------------------------------------------------------
 # the page
 

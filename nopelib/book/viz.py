@@ -51,21 +51,35 @@ def heatmap_grid(
     zmin: float = -1.0,
     zmax: float = 1.0,
     title: str = "",
+    per_panel: bool = False,
 ) -> go.Figure:
-    """A grid of similarity heatmaps sharing one colour scale; ``labels`` name the positions."""
+    """A grid of similarity heatmaps sharing one colour scale; ``labels`` name the positions.
+    ``per_panel``: each panel on its own scale, from its lowest to its highest off-diagonal
+    entry (named in its title), so a band of cosines between 0.9 and 1 shows where one scale
+    from -1 to 1 paints the whole panel one colour."""
     rows = -(-len(matrices) // cols)
+    ranges = []
+    for m in matrices:
+        m = np.asarray(m, dtype=float)
+        off = m[~np.eye(len(m), dtype=bool)] if per_panel and m.ndim == 2 and len(m) > 1 else []
+        ranges.append((float(np.min(off)), float(np.max(off))) if len(off) else (zmin, zmax))
+    if per_panel:
+        titles = [f"{t} ({lo:.2f} to {hi:.2f})" for t, (lo, hi) in zip(titles, ranges)]
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(titles),
-                        horizontal_spacing=0.04, vertical_spacing=0.08)
+                        horizontal_spacing=0.04, vertical_spacing=0.14 if labels else 0.08)
     for n, m in enumerate(matrices):
         ticks = list(labels) if labels is not None else None
+        lo, hi = ranges[n]
         fig.add_trace(
-            go.Heatmap(z=np.asarray(m), x=ticks, y=ticks, zmin=zmin, zmax=zmax,
-                       colorscale=HEATMAP_SCALE, showscale=n == 0,
+            go.Heatmap(z=np.asarray(m), x=ticks, y=ticks, zmin=lo, zmax=hi,
+                       colorscale=HEATMAP_SCALE, showscale=n == 0 and not per_panel,
                        colorbar=dict(title="cos")),
             row=n // cols + 1, col=n % cols + 1,
         )
     fig.update_yaxes(autorange="reversed")
-    fig.update_layout(title=title, height=260 * rows + 80, margin=dict(l=30, r=30, t=80, b=30))
+    fig.update_xaxes(tickfont=dict(size=8))
+    fig.update_yaxes(tickfont=dict(size=8))
+    fig.update_layout(title=title, height=280 * rows + 80, margin=dict(l=30, r=30, t=80, b=30))
     return fig
 
 
