@@ -37,7 +37,7 @@ COLUMNS = ("ref", "claim", "reading", "model", "grid", "paper", "measured", "ver
 GROUP_COLUMNS = ("claim", "group", "reading", "weakest_layer", "mean", "lo", "hi", "bound",
                  "above", "verdict")
 
-PAPER_LAYERS = (6, 24)  # the paper's grid (PAPER.md): 6 to 24 layers ...
+PAPER_LAYERS = (6, 24)  # the paper's grid (its result 2): 6 to 24 layers ...
 PAPER_WIDTHS = (192, 768)  # ... x 192 to 768 wide, NoPE and causal
 PAPER_GRID = "{}–{} layers × {}–{} wide".format(*PAPER_LAYERS, *PAPER_WIDTHS)  # in words
 INSIDE, OUTSIDE, PARTLY = ("inside the paper's grid", "outside the paper's grid",
@@ -77,7 +77,7 @@ NOT_TRAINED = "not yet trained"
 
 def in_paper_grid(config: GPTConfig) -> bool:
     """Whether ``config`` is a model of the paper's grid: a causal decoder with no position
-    encoding, 6 to 24 layers and 192 to 768 wide (PAPER.md). The initialisation is not part of
+    encoding, 6 to 24 layers and 192 to 768 wide (the paper's result 2). The initialisation is not part of
     the grid (the paper varies it on the base model); ``model_label`` names it."""
     return (PAPER_LAYERS[0] <= config.n_layer <= PAPER_LAYERS[1]
             and PAPER_WIDTHS[0] <= config.n_embd <= PAPER_WIDTHS[1]
@@ -278,6 +278,10 @@ def trained_rows(profile: str, tasks: Sequence[str]) -> tuple[list[dict], dict]:
     return rows, info
 
 
+PAPER_MODEL_PROFILE = "paper_study"  # the paper's own model's study
+PAPER_MODEL_PROBES = "the-paper-s-own-model"  # its section of the probes chapter
+
+
 def probe_rows(pp: Mapping[str, object], trained: Sequence[Mapping]) -> list[dict]:
     """The rows of result 5: the random-init comparison at the probes chapter's parameters
     ``pp`` (live, the base model), and per trained study (``trained_rows``'s second value)
@@ -297,15 +301,18 @@ def probe_rows(pp: Mapping[str, object], trained: Sequence[Mapping]) -> list[dic
             _probe_row(mlp_spec, base, mlp_comp.reset_index().assign(group="random init"),
                        f"{live}, MLP probe on {pp['mlp_fit_tokens']:,} fitting tokens")]
     for info in trained:
+        # the paper's own model has its own section of the probes chapter
+        spec = (trained_spec if info["profile"] != PAPER_MODEL_PROFILE
+                else (*trained_spec[:3], PAPER_MODEL_PROBES))
         if not info["judged"]:
-            rows.append(make_row(trained_spec, PROBE_READING, info["model"], None, "group",
+            rows.append(make_row(spec, PROBE_READING, info["model"], None, "group",
                                  f"committed study, {info['profile']} profile", info["note"]))
             continue
         # the probes chapter's trained verdict: each layer minus the same model's layer 0
         comp = trained_comparison(info["docs"], info["judged"], subtract_format=True
                                   ).reset_index().rename(columns={"task": "group"})
         rows.append(_tag_groups(_probe_row(
-            trained_spec, info["model"], comp, f"committed study's models, {info['profile']} "
+            spec, info["model"], comp, f"committed study's models, {info['profile']} "
             "profile, the model as the unit, format-subtracted (each layer minus the same "
             "model's layer 0)", info["in_flight"]), info["profile"]))
     return rows

@@ -183,7 +183,7 @@ def learned_phase(steps: Sequence[int], accuracy: Sequence[float],
     return rows[np.asarray(steps) >= start].mean(0)
 
 
-# The trained-model claims (PAPER.md, results 2 and 4) as readings, each a family of tests on
+# The trained-model claims (the paper's results 2 and 4) as readings, each a family of tests on
 # per-seed adjacency scores [seeds, L+1] of the same fixed inputs: at initialisation
 # (``before``), after training (``after``), and averaged over the learned phase of the run's
 # trajectory (``phase``, by ``learned_phase``): "keeps" and "weakens" describe training, so

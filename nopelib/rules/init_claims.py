@@ -1,6 +1,6 @@
 """The paper's claims on random initialisation and on the probes, as decision rules.
 
-Results 1 to 3 of PAPER.md (the pattern at initialisation, its layers, the initialisation
+The paper's results 1 to 3 (the pattern at initialisation, its layers, the initialisation
 study) and result 5 (the probes), with the controls that show a rule can say "fails": each
 reading a family of one-sided tests judged by ``claims.judge_families``.
 """
@@ -136,7 +136,7 @@ def prediction_sides(predicted: Sequence[float], measured: Sequence[float],
 
 
 # ---------------------------------------------------------------------------------------------
-# probes (PAPER.md, result 5)
+# probes (the paper's result 5)
 
 PROBE_CLAIM = "5: cosine features predict position better than variance features"
 # the scorecard's three readings of it, by the models probed
