@@ -159,7 +159,9 @@ def matched(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
             verdicts.append({"task": task, "ablation": name, "seeds": len(held),
                              "verdict": beyond_claims.matched_cause(
                                  base, {s: c[:3] for s, c in held.items()})})
-    return pd.DataFrame(rows), pd.DataFrame(verdicts)
+    return (pd.DataFrame(rows, columns=["task", "ablation", "seed", "falls_at", "matched_loss",
+                                        "matched_step", "layer1", "without_mlp", "last_loss"]),
+            pd.DataFrame(verdicts, columns=["task", "ablation", "seeds", "verdict"]))
 
 
 CORRELATES = ("value_axis", "rho", "entropy")  # offered as causes of the fall; none ablated
