@@ -421,5 +421,7 @@ def test_the_tally_counts_each_model_apart_in_the_card_s_order():
     assert counts.loc["6 x 384", "replicates"] == 1 and counts.loc["4 x 96", "fails"] == 2
     assert counts["rows"].tolist() == [2, 2]
     assert scorecard.tally_text(counts, "4 x 96") == "2 fail (of 2 rows)"
+    one = scorecard.tally(card.iloc[:1])
+    assert scorecard.tally_text(one, "6 x 384") == "1 replicate (of 1 row)"
     assert scorecard.tally_text(counts, "6 x 384") == ("1 replicate, 1 cannot tell "
                                                        "(of 2 rows)")

@@ -145,7 +145,7 @@ def tally_text(counts: pd.DataFrame, model: str) -> str:
     """One model's row of ``tally`` in words: "3 replicate, 1 fails, 2 cannot tell of 6"."""
     row = counts.loc[model]
     parts = [f"{row[v]} {VERB.get(v, v)}" for v in VERDICTS if row[v]]
-    return ", ".join(parts) + f" (of {row['rows']} rows)"
+    return ", ".join(parts) + f" (of {row['rows']} row{'s' if row['rows'] != 1 else ''})"
 
 
 VERB = {"replicates": "replicate", "partly": "partly replicate", "fails": "fail"}  # plurals
