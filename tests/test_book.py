@@ -104,9 +104,14 @@ def test_the_introduction_opens_with_figure_1_and_the_scorecards_summary(open_pa
     assert panels >= 7, f"{panels} heatmap panels: the paper's model has 7 layers (0-6)"
     text = opened.page.evaluate("() => document.querySelector('article').innerText")
     # (Sphinx renders the apostrophe as a typographic one)
-    line = re.search(r"Of the (\d+) rows for the paper.s results.*?(\d+) replicate, (\d+) partly "
-                     r"replicate, (\d+) fail, for (\d+) the data cannot tell\s+\((\d+) of them "
-                     r"wait for tasks still training\), and (\d+) are not tested yet", text, re.S)
+    # the tally per model comes first, each model's counts and rows rendered
+    per_model = re.search(r"per model \(the paper.s own model first\): (.+?)\n", text)
+    assert per_model and re.search(r"\(of \d+ rows?\)", per_model.group(1)), (
+        "no tally per model rendered")
+    line = re.search(r"[Oo]f the (\d+) rows for the paper.s results.*?(\d+) replicate, "
+                     r"(\d+) partly replicate, (\d+) fail, for (\d+) the data cannot tell\s+"
+                     r"\((\d+) of them wait for tasks still training\), and (\d+) are not "
+                     r"tested yet", text, re.S)
     assert line, "no scorecard summary line with its numbers rendered"
     total, replicate, partly, fail, cannot, waiting, untested = map(int, line.groups())
     assert replicate + partly + fail + cannot + untested == total, line.group(0)
