@@ -104,6 +104,8 @@ def test_a_sitting_stops_at_its_deadline_right_after_a_checkpoint_and_the_next_r
     assert (record["task"], record["seed"], record["from_step"]) == ("ordering", 0, 0)
     assert not record["finished"] and record["to_step"] > 0
     newest = campaign.newest_step(cache / "checkpoints", record["key"])
+    saved = results.load(out / campaign.LEDGER)["runs"][0]  # written at each checkpoint too
+    assert saved["to_step"] == record["to_step"]
     # stopped within one checkpoint of the deadline: the newest checkpoint is the one it noted
     assert newest == record["to_step"]
     assert record["wall_seconds"] < 1.5 + 2.0

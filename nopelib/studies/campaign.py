@@ -247,8 +247,10 @@ def run_campaign(until: datetime, out_dir: Path, streams: int = 1,
         time.sleep(poll)
         for flight in list(flights):
             step = newest_step(checkpoints, flight.key)
-            flight.record["to_step"] = max(flight.record["to_step"], step)
             flight.record["wall_seconds"] = round(time.monotonic() - flight.started, 1)
+            if step > flight.record["to_step"]:  # a new checkpoint: the ledger says so now,
+                flight.record["to_step"] = step  # so a sitting cut off still records it
+                save()
             done = flight.process.poll()
             past = (datetime.now(timezone.utc) - until).total_seconds()
             if done is None and past >= 0:
