@@ -4,13 +4,14 @@ The package is in wings, lowest first; a module imports from its own wing and th
 never from one above (``tests/test_house.py`` checks it):
 
 - ``store``: cache folders, run checkpoints, the chapters' results cache, how keys see the code
-- ``core``: the model, the tasks, the metrics, the probes, statistics, input checks
-- ``averaging``: the averaging theory, at initialisation and along training
+- ``core``: the model, the tasks, the metrics, the probes, statistics, random models measured
+- ``averaging``: the averaging theory, at initialisation and along training, beside block 1
 - ``rules``: the paper's claims as decision rules
 - ``training``: profiles, the training loop, the run cache, launchers, the time gate
-- ``studies``: what the chapters compute and the committed result files
+- ``results``: the committed result files: their schemas, checks, loading and writing
+- ``studies``: the study commands, each run by hand with ``python -m``
 - ``book``: the chapters' specs, figures and the scorecard
-- ``tools``: the benchmark and the CPU-kernel check
+- ``tools``: the benchmark
 
 The core needs only torch, numpy, pandas and numba; plotting lives in ``nopelib.book.viz`` and
 is imported only by code that draws.

@@ -10,7 +10,7 @@ import torch
 
 from nopelib.core.ablation import PARTS, Frozen, check_parts
 from nopelib.core.model import GPT, GPTConfig
-from nopelib.studies.one_model import random_model
+from nopelib.core.one_model import random_model
 from nopelib.training import profiles, train as tr
 
 TINY = replace(

@@ -13,11 +13,11 @@ from nopelib.core.metrics import (layer_scores, length_groups, adjacency_score,
 from nopelib.core.model import GPTConfig
 from nopelib.core.tasks import TASKS, encode_inputs
 from nopelib.rules.claims import LEARNED_AT
-from nopelib.studies.analysis import (config_scores, length_scores, mean_std_table,
+from nopelib.core.analysis import (config_scores, length_scores, mean_std_table,
                                       sample_inputs, seed_series, slider_frames, task_scores)
-from nopelib.studies.margins import pairwise_differences, per_seed, seed_margins
+from nopelib.core.margins import pairwise_differences, per_seed, seed_margins
 from nopelib.rules.claims import is_learned
-from nopelib.studies.one_model import (layer_matrix, long_sequence, permutation_gap,
+from nopelib.core.one_model import (layer_matrix, long_sequence, permutation_gap,
                                        random_model, similarity_matrices)
 
 TINY = GPTConfig(n_layer=2, n_head=2, n_embd=32)
@@ -158,7 +158,7 @@ def test_adjacency_score_with_diagonal_matches_its_definition() -> None:
 
 
 def test_length_scores_many_sequences_and_iid_control() -> None:
-    from nopelib.studies.one_model import length_tokens
+    from nopelib.core.one_model import length_tokens
     frame, _ = length_scores([8, 30], [0, 1], base=TINY, n_seqs=2, vocab_size=500)
     assert len(frame) == 2 * 2 * 2 * (TINY.n_layer + 1)
     assert sorted(frame.seq.unique()) == [0, 1]

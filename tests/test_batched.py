@@ -15,7 +15,7 @@ import torch
 
 import nopelib.training.train as tr
 from nopelib.core.model import GPTConfig
-from nopelib.studies.one_model import random_model
+from nopelib.core.one_model import random_model
 from nopelib.training import profiles, runs as rc, batched, launch
 
 # clipping at 0.05 is active at every step: a clip shared across seeds would show here

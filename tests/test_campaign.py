@@ -10,7 +10,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from nopelib.studies import campaign, results
+from nopelib.results import files as results
+from nopelib.studies import campaign
 
 NOW = datetime(2026, 12, 5, 13, 0, tzinfo=timezone.utc)
 

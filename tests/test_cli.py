@@ -20,7 +20,8 @@ import torch
 from nopelib.core import params
 from nopelib.core.cost import ALLOW_SLOW_ENV
 from nopelib.studies import grid, long_context, precision, recipe, trained_study
-from nopelib.tools import bench, bench_report, kernels
+from nopelib.tools import bench, bench_report
+from nopelib.studies import kernels
 
 
 class Started(Exception):

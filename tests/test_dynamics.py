@@ -14,7 +14,7 @@ from nopelib.averaging.theory_config import closed_form_ratio, predict_config_sc
 from nopelib.core.metrics import layer_scores
 from nopelib.core.model import GPTConfig
 from nopelib.core.tasks import encode, encode_inputs, sample_inputs
-from nopelib.studies.one_model import random_model
+from nopelib.core.one_model import random_model
 
 SMALL = GPTConfig(n_layer=2, n_head=4, n_embd=96, init_std=0.002)
 TEXTS = sample_inputs("reversal", 12, seed=0)

@@ -16,7 +16,8 @@ from nopelib.core.model import GPTConfig
 from nopelib.book import viz_trained
 from nopelib.rules import beyond_claims
 from nopelib.store import cache
-from nopelib.studies import early_study, early_tables, result_schema, results
+from nopelib.results import files as results, schema
+from nopelib.studies import early_study, early_tables
 from nopelib.training import profiles
 
 TINY = replace(profiles.PROFILES["study"], model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
@@ -45,7 +46,7 @@ def test_the_study_writes_every_run_with_its_measurements_and_resumes_from_the_c
         ([], 0), ([], 1), ([], 2), (["qk"], 0), (["qk"], 1), (["qk"], 2)]
     for run in runs:
         assert run["curve"]["step"] == [10, 20]
-        assert set(result_schema.EARLY_CURVE) <= set(run["curve"])
+        assert set(schema.EARLY_CURVE) <= set(run["curve"])
         assert len(run["scores_init"]) == TINY.model.n_layer + 1
     assert doc["provenance"]["window"] == 20 and doc["provenance"]["every"] == 10
     # the rule fixed before the study reads the file's layer-1 scores
@@ -119,7 +120,7 @@ def test_a_file_from_other_cpu_kernels_is_refused_before_training(tiny_study, ca
 def test_a_task_s_runs_share_one_precision_and_a_file_says_which(tiny_study, capsys,
                                                                   monkeypatch):
     # the profile asks bf16; no committed check cleared a task of it, so its runs train
-    # in float32 (committed.task_profile) and say so, while the file's record asks bf16
+    # in float32 (trained_files.task_profile) and say so, while the file's record asks bf16
     monkeypatch.setitem(profiles.PROFILES, "study", replace(TINY, precision="bfloat16"))
     argv = ["--tasks", "addition", "--ablations", "none", "--out", str(tiny_study)]
     early_study.main([*argv, "--seeds", "0"])
@@ -274,7 +275,7 @@ def test_a_full_run_trains_to_the_end_of_its_budget_and_is_read_by_the_rule(tiny
         assert run["steps"] == TINY_FULL.steps  # a tiny model never reaches stop_at
         assert run["curve"]["step"] == [10, 20, 30] and run["resumed_at"] == []
         assert run["n_test"] == TINY_FULL.n_eval and 0 <= run["accuracy"] <= 1
-        assert set(result_schema.EARLY_CURVE) <= set(run["curve"])
+        assert set(schema.EARLY_CURVE) <= set(run["curve"])
         layer1 = [run["scores_init"][1], *(row[1] for row in run["curve"]["scores"])]
         reading = beyond_claims.full_reading(run["accuracy"], run["curve"]["step"],
                                              run["curve"]["accuracy"], layer1, run["steps"])

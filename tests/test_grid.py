@@ -15,7 +15,9 @@ import torch
 from nopelib.book import viz
 from nopelib.core import metrics, tasks
 from nopelib.store import cache
-from nopelib.studies import grid, one_model, results
+from nopelib.results import files as results
+from nopelib.studies import grid
+from nopelib.core import one_model
 from nopelib.training import profiles
 
 

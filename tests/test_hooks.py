@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from nopelib.studies.one_model import random_model
+from nopelib.core.one_model import random_model
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["causal", "bidirectional"])

@@ -10,7 +10,8 @@ from nopelib.store import sources
 
 PACKAGE = Path(nopelib.__file__).resolve().parent
 # lowest first, as the package's docstring lists them
-WINGS = ("store", "core", "averaging", "rules", "training", "studies", "book", "tools")
+WINGS = ("store", "core", "averaging", "rules", "training", "results", "studies", "book",
+         "tools")
 
 
 def _direct(rel: str) -> set[str]:

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from nopelib.studies import results
-from nopelib.tools import kernels
+from nopelib.results import files as results
+from nopelib.studies import kernels
 
 
 def test_kernel_sets():

@@ -9,7 +9,8 @@ import pytest
 
 from nopelib.core.model import GPTConfig
 from nopelib.rules import beyond_claims, claims
-from nopelib.studies import long_context as lc, results
+from nopelib.results import files as results
+from nopelib.studies import long_context as lc
 
 SMALL = GPTConfig(n_layer=2, n_head=2, n_embd=32)
 

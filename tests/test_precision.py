@@ -10,7 +10,8 @@ from nopelib.core import devices
 from nopelib.core.devices import bf16_available, dtype_policy
 from nopelib.core.model import GPTConfig
 from nopelib.rules import bf16
-from nopelib.studies import precision, results
+from nopelib.results import files as results
+from nopelib.studies import precision
 from nopelib.training import profiles, runs as rc, train_profile
 
 

@@ -13,7 +13,8 @@ import pytest
 from nopelib.book.chapters import CHAPTERS
 from nopelib.core import corpus
 from nopelib.core.cost import ALLOW_SLOW_ENV
-from nopelib.studies import grid, results, text_study
+from nopelib.results import files as results
+from nopelib.studies import grid, text_study
 
 SLOW = [  # (chapter, parameters each within its own bound, the product named, hours)
     ("random_init", {"grid_seeds": 100, "grid_inputs_per_task": 512},

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from nopelib.studies import result_manifest, results
-from nopelib.studies.result_manifest import MANIFEST_NAME
+from nopelib.results import files as results, manifest
+from nopelib.results.manifest import MANIFEST_NAME
 
 
 def _committed(name: str) -> dict:
@@ -103,10 +103,10 @@ def test_a_trained_run_of_a_float32_profile_ran_in_float32(tmp_path):
 
 
 def test_every_committed_file_is_signed_in_the_manifest():
-    manifest = result_manifest.read_manifest(results.RESULTS_DIR)
+    digests = manifest.read_manifest(results.RESULTS_DIR)
     for name in results.check_all():
         data = (results.RESULTS_DIR / name).read_bytes()
-        assert manifest[name] == hashlib.sha256(data).hexdigest()
+        assert digests[name] == hashlib.sha256(data).hexdigest()
 
 
 def _signed_copy(tmp_path: Path, name: str) -> Path:
@@ -133,7 +133,7 @@ def test_a_plausible_edit_by_hand_is_refused_by_the_digest(tmp_path, edit):
         results.load(path)
     message = str(err.value)
     assert message.startswith(f"{path}: its bytes have SHA-256") and "\n" not in message
-    assert f"{result_manifest.SIGN_COMMAND} {path}" in message
+    assert f"{manifest.SIGN_COMMAND} {path}" in message
 
 
 def test_a_file_without_an_entry_is_refused_where_a_manifest_is_kept(tmp_path):
@@ -159,11 +159,11 @@ def test_write_records_the_digest_of_what_it_wrote(tmp_path):
     doc = _committed("recipe_addition_reversal.json")
     path = tmp_path / "recipe_addition_reversal.json"
     results.write(path, doc, "recipe")
-    assert result_manifest.read_manifest(tmp_path) == {
+    assert manifest.read_manifest(tmp_path) == {
         path.name: hashlib.sha256(path.read_bytes()).hexdigest()}
     doc["runs"][0]["train_seconds"] += 1.0
     results.write(path, doc, "recipe")  # re-read under the lock: the old digest matches
-    assert result_manifest.read_manifest(tmp_path)[path.name] == hashlib.sha256(
+    assert manifest.read_manifest(tmp_path)[path.name] == hashlib.sha256(
         path.read_bytes()).hexdigest()
     assert results.load(path)["runs"][0]["train_seconds"] == doc["runs"][0]["train_seconds"]
 

@@ -1,4 +1,4 @@
-"""A committed study is replaced only on purpose (``nopelib.studies.result_guard``): every
+"""A committed study is replaced only on purpose (``nopelib.results.guard``): every
 command that writes into ``book/results`` refuses, before any training, a file name of another
 result kind, a file of another kind, profile or configuration, and a write that would drop
 committed runs, unless ``--replace`` names what goes; a profile change never drops a trained
@@ -21,9 +21,9 @@ import nopelib.studies.trained_study as ts
 from nopelib.core.cost import ALLOW_SLOW_ENV
 from nopelib.core.model import GPTConfig
 from nopelib.store import cache
-from nopelib.studies import (committed, early_study, grid, long_context, precision, recipe,
-                             result_guard, results, text_study)
-from nopelib.tools import kernels
+from nopelib.results import files as results, guard, trained_files
+from nopelib.studies import early_study, grid, long_context, precision, recipe, text_study
+from nopelib.studies import kernels
 from nopelib.training import profiles
 
 COMMITTED = results.RESULTS_DIR
@@ -168,8 +168,8 @@ def test_a_profile_change_never_drops_runs_silently(study, monkeypatch, capsys):
     before = path.read_bytes()
     monkeypatch.setitem(profiles.PROFILES, TINY.name, replace(TINY, log_every=10))
     # the chapters read the file as stale: no verdict on runs of another record
-    assert committed.load_study(TINY.name, ["ordering"]) == ({}, ["ordering"])
-    assert committed.stale_tasks(TINY.name, ["ordering"]) == ["ordering"]
+    assert trained_files.load_study(TINY.name, ["ordering"]) == ({}, ["ordering"])
+    assert trained_files.stale_tasks(TINY.name, ["ordering"]) == ["ordering"]
     with monkeypatch.context() as patch:
         patch.setattr(ts, "run_study", _start)
         for seeds in (["--seeds", "0"], ["--cached-only"]):
@@ -185,7 +185,7 @@ def test_a_profile_change_never_drops_runs_silently(study, monkeypatch, capsys):
     ts.main([*argv, "--replace", "0", "1"])
     doc = results.load(path)
     assert [r["seed"] for r in doc["runs"]] == [0, 1] and doc["provenance"]["runs_kept"] == 0
-    assert committed.is_current(doc, TINY.name)
+    assert trained_files.is_current(doc, TINY.name)
 
 
 def test_two_trained_study_writers_merge_their_runs(study, monkeypatch):
@@ -242,7 +242,7 @@ def test_a_single_result_written_while_the_command_ran_is_not_replaced(tmp_path,
         return committed_doc["runs"]
 
     monkeypatch.setattr(long_context, "study", meanwhile)
-    with pytest.raises(result_guard.Refused, match="written while this command ran"):
+    with pytest.raises(guard.Refused, match="written while this command ran"):
         long_context.main(["--out", str(out), "--T", "64", "--widths", "192", "--seeds", "0",
                            "1", "2"])
     assert json.loads(out.read_text()) == committed_doc

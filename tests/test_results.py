@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from nopelib.studies import results
+from nopelib.results import files as results
 
 
 def test_every_committed_result_is_valid(monkeypatch):

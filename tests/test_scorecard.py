@@ -360,7 +360,7 @@ def test_the_margins_figure_puts_the_claims_side_to_the_right():
 
 
 def test_the_provenance_box_names_what_the_page_depends_on():
-    from nopelib.studies import results
+    from nopelib.results import files as results
     from nopelib.book import viz
 
     fields = results.page_provenance(profile="study", seeds=[0, 1])
@@ -370,8 +370,8 @@ def test_the_provenance_box_names_what_the_page_depends_on():
 
 
 def test_a_trained_study_in_flight_is_not_judged_on_the_scorecard(monkeypatch):
-    from nopelib.studies import committed
-    docs, _ = committed.load_study("study", ["reversal"])
+    from nopelib.results import trained_files
+    docs, _ = trained_files.load_study("study", ["reversal"])
     partial = {"reversal": {**docs["reversal"], "runs": docs["reversal"]["runs"][:2]}}
     monkeypatch.setattr(score_rows.committed, "load_study", lambda profile, tasks: (partial, []))
     rows = scorecard.trained_rows("study", ["reversal"])[0]
@@ -382,7 +382,8 @@ def test_a_trained_study_in_flight_is_not_judged_on_the_scorecard(monkeypatch):
 
 def test_text_rows_judge_the_initialisation_live_and_the_trained_on_the_committed_study(
         monkeypatch):
-    from nopelib.studies import results, text_study
+    from nopelib.results import files as results
+    from nopelib.studies import text_study
 
     seeds, lengths = [0, 1, 2], [32, 64, 128, 256, 512, 1024]
     frame = pd.DataFrame([dict(encoding="none", stage="init", seed=s, layer=layer, length=n,

@@ -17,8 +17,9 @@ from nopelib.core.metrics import layer_scores
 from nopelib.core.model import GPTConfig
 from nopelib.core.tasks import sample_inputs
 from nopelib.rules import claims
-from nopelib.studies import committed, results, study
-from nopelib.studies.one_model import random_model
+from nopelib.results import files as results, trained_files
+from nopelib.studies import study
+from nopelib.core.one_model import random_model
 from nopelib.training.profiles import PROFILES
 
 BOOK = Path(__file__).resolve().parents[1] / "book"
@@ -50,10 +51,10 @@ def _docs() -> dict:
 
 
 def test_study_tables_judge_learned_with_margin():
-    table = committed.study_table(_docs())
+    table = trained_files.study_table(_docs())
     assert len(table) == 4 and list(table.columns[:3]) == ["task", "seed", "accuracy"]
     assert table.with_margin.tolist() == [True, True, False, False]
-    acc = committed.study_accuracy(table, PROFILES["study"].n_test,
+    acc = trained_files.study_accuracy(table, PROFILES["study"].n_test,
                                {"reversal": 0.0, "ordering": 0.1})
     assert acc.loc["reversal", "learned"] and acc.loc["reversal", "with margin"]
     assert not acc.loc["ordering", "learned"] and not acc.loc["ordering", "with margin"]
@@ -61,11 +62,11 @@ def test_study_tables_judge_learned_with_margin():
 
 
 def test_the_run_table_shows_precision_wall_time_and_resumes_where_runs_record_them():
-    assert "precision" not in committed.study_table(_docs()).columns  # older files
+    assert "precision" not in trained_files.study_table(_docs()).columns  # older files
     docs = _docs()
     docs["reversal"]["runs"][0].update(dtype_policy="autocast-bfloat16", wall_seconds=12.5,
                                        resumed_at=[150, 300])
-    table = committed.study_table(docs).set_index(["task", "seed"])
+    table = trained_files.study_table(docs).set_index(["task", "seed"])
     assert list(table.columns[-3:]) == ["precision", "wall_s", "resumed_at"]
     assert table.loc[("reversal", 0), "precision"] == "autocast-bfloat16"
     assert table.loc[("reversal", 0), "wall_s"] == 12.5
@@ -74,7 +75,7 @@ def test_the_run_table_shows_precision_wall_time_and_resumes_where_runs_record_t
 
 
 def test_study_scores_read_the_learned_phase():
-    before, after, phase = committed.study_scores(_docs(), ["reversal"])
+    before, after, phase = trained_files.study_scores(_docs(), ["reversal"])
     assert before["reversal"].shape == after["reversal"].shape == (2, 3)
     # learned for good from step 200: the mean of the last three points
     np.testing.assert_allclose(phase["reversal"][:, 1], [np.mean([0.9, 0.92, 0.94]),
@@ -84,7 +85,7 @@ def test_study_scores_read_the_learned_phase():
     assert list(table.columns) == [("reversal", "before"), ("reversal", "after"),
                                    ("reversal", "learned phase")]
     with pytest.raises(ValueError, match="no learned phase"):
-        committed.study_scores(_docs(), ["ordering"])
+        trained_files.study_scores(_docs(), ["ordering"])
 
 
 def test_reproduction_is_a_prediction_interval_for_one_more_seed():
@@ -114,7 +115,7 @@ def test_reproduction_is_a_prediction_interval_for_one_more_seed():
 
 
 def test_the_committed_study_loads_and_names_what_is_missing():
-    docs, missing = committed.load_study("study", ["addition", "reversal", "indexing", "ordering"])
+    docs, missing = trained_files.load_study("study", ["addition", "reversal", "indexing", "ordering"])
     assert set(docs) | set(missing) == {"addition", "reversal", "indexing", "ordering"}
     for task, doc in docs.items():
         assert {r["task"] for r in doc["runs"]} == {task}
@@ -122,7 +123,7 @@ def test_the_committed_study_loads_and_names_what_is_missing():
         # without its wing); files of this age record no run's origin, and say so
         command = doc["provenance"]["command"]
         assert command.startswith("python -m nopelib.")
-        where = committed.study_provenance(doc)
+        where = trained_files.study_provenance(doc)
         assert f"by `{command}`" in where
         assert "do not record each run's origin" in where
 
@@ -138,7 +139,7 @@ def test_each_runs_origin_is_named_by_the_invocation_that_trained_it():
              "origin": dict(how="run cache", finished="2026-12-04T09:00:00+00:00")},
             {**_record(2, 0.99, [0.9] * 4, [0.9] * 4),
              "origin": {**by_a, "finished": "2026-12-03T05:00:00+00:00"}}]
-    where = committed.study_provenance({"provenance": prov, "runs": runs})
+    where = trained_files.study_provenance({"provenance": prov, "runs": runs})
     assert where.startswith("the file written (not its runs trained, unless said below) by "
                             "`python -m nopelib.studies.trained_study --seeds 1 3`")
     assert ("seeds 0, 2 trained by `A` at commit `aaaaaaaaaaaa` on m1 (CPU kernels AVX512), "
@@ -154,12 +155,12 @@ def test_a_study_file_of_an_earlier_profile_is_stale_not_read(monkeypatch):
     doc = {"provenance": {"training": today}}
     old = {"provenance": {"training": {**today, "tail_share": 0.5}}}
     files = {"reversal": doc, "ordering": old}
-    monkeypatch.setattr(committed, "_committed",
+    monkeypatch.setattr(trained_files, "_committed",
                         lambda profile, tasks: {t: files[t] for t in tasks if t in files})
-    docs, missing = committed.load_study("study", ["reversal", "ordering", "indexing"])
+    docs, missing = trained_files.load_study("study", ["reversal", "ordering", "indexing"])
     assert list(docs) == ["reversal"] and missing == ["ordering", "indexing"]
-    assert committed.stale_tasks("study", ["reversal", "ordering", "indexing"]) == ["ordering"]
-    assert committed.is_current(doc, "study") and not committed.is_current(old, "study")
+    assert trained_files.stale_tasks("study", ["reversal", "ordering", "indexing"]) == ["ordering"]
+    assert trained_files.is_current(doc, "study") and not trained_files.is_current(old, "study")
 
 
 def test_a_study_in_flight_counts_its_seeds_per_task_but_not_a_stale_files(monkeypatch):
@@ -172,12 +173,12 @@ def test_a_study_in_flight_counts_its_seeds_per_task_but_not_a_stale_files(monke
              "addition": {"provenance": {"training": today}, "runs": runs},
              "ordering": {"provenance": {"training": {**today, "tail_share": 0.5}},
                           "runs": runs}}
-    monkeypatch.setattr(committed, "_committed",
+    monkeypatch.setattr(trained_files, "_committed",
                         lambda profile, tasks: {t: files[t] for t in tasks if t in files})
     tasks = ["reversal", "addition", "ordering", "indexing"]
-    assert committed.seeds_in(committed.load_study("paper_study", tasks)[0], tasks) == {
+    assert trained_files.seeds_in(trained_files.load_study("paper_study", tasks)[0], tasks) == {
         "reversal": 5, "addition": 3, "ordering": 0, "indexing": 0}
-    assert committed.progress("paper_study", tasks) == (
+    assert trained_files.progress("paper_study", tasks) == (
         "reversal 5 of 5 seeds; addition 3 of 5; ordering, indexing 0 of 5")
 
 
@@ -283,7 +284,7 @@ def test_kernel_check_caption_and_table():
             for name, cap, steps, inside, out in [
                 ("native", "AVX512", 3000, True, []),
                 ("avx2", "AVX2", 13500, False, ["layer 4 score"])]]
-    doc = {"provenance": {"command": "python -m nopelib.tools.kernels --out /tmp/k",
+    doc = {"provenance": {"command": "python -m nopelib.studies.kernels --out /tmp/k",
                           "commit": "a" * 40, "machine": "vm", "date": "today",
                           "sets": {"native": {}, "avx2": {"ATEN_CPU_CAPABILITY": "avx2"}}},
            "runs": runs}
@@ -308,8 +309,8 @@ def test_rules_comparison_shows_both_rule_sets_and_why_a_verdict_moved():
         run["scores_after"] = run["trajectory"]["scores"][-1]
         runs.append(run)
     docs = {"reversal": {"runs": runs}}
-    acc = committed.study_accuracy(committed.study_table(docs), PROFILES["study"].n_test)
-    both = committed.rules_comparison(docs, acc)
+    acc = trained_files.study_accuracy(trained_files.study_table(docs), PROFILES["study"].n_test)
+    both = trained_files.rules_comparison(docs, acc)
     # a 2-layer model: every reading but "falls gradually", which needs 3 layers
     assert len(both) == len(claims.TRAINED_CLAIMS) - 1
     row = both.set_index("reading").loc[claims.TRAINED_CLAIMS[4][1]]
@@ -334,33 +335,33 @@ def test_a_trajectory_names_and_colours_each_seed_even_when_it_is_alone():
 
 def test_a_study_in_flight_is_not_judged_until_every_seed_is_in():
     docs = _docs()
-    table = committed.study_table(docs)
-    acc = committed.study_accuracy(table, PROFILES["study"].n_test, n_seeds=5)
+    table = trained_files.study_table(docs)
+    acc = trained_files.study_accuracy(table, PROFILES["study"].n_test, n_seeds=5)
     assert acc.loc["reversal", "seeds"] == 2 and not acc.loc["reversal", "complete"]
     # "learned" speaks of every seed: undecided while some are out
     assert acc.loc[["reversal"], ["learned", "with margin"]].isna().all(axis=None)
-    learned, judged = committed.learned_and_judged(acc)
+    learned, judged = trained_files.learned_and_judged(acc)
     assert learned == judged == []  # learned by 2 of 5 seeds: neither learned nor judged
-    acc2 = committed.study_accuracy(table, PROFILES["study"].n_test, n_seeds=2)
-    assert committed.learned_and_judged(acc2)[1] == ["reversal"]
+    acc2 = trained_files.study_accuracy(table, PROFILES["study"].n_test, n_seeds=2)
+    assert trained_files.learned_and_judged(acc2)[1] == ["reversal"]
     assert acc2.loc["reversal", "learned"] and acc2.loc["reversal", "with margin"]
 
 
 def test_a_task_is_judged_once_three_of_its_seeds_are_in_and_on_every_seed_in():
     good = [0.1, 0.95, 0.97, 0.99]
     runs = [_record(s, 0.99, good, [0.8, 0.9, 0.92, 0.94]) for s in range(3)]
-    acc = committed.study_accuracy(committed.study_table({"reversal": {"runs": runs}}),
+    acc = trained_files.study_accuracy(trained_files.study_table({"reversal": {"runs": runs}}),
                                    PROFILES["study"].n_test, n_seeds=5)
-    assert claims.JUDGED_AT_SEEDS == 3 and committed.judged_at(5) == 3
-    assert committed.learned_and_judged(acc)[1] == ["reversal"]
-    assert committed.task_standing(acc, ["reversal"], 5) == {"reversal": "judged"}
+    assert claims.JUDGED_AT_SEEDS == 3 and trained_files.judged_at(5) == 3
+    assert trained_files.learned_and_judged(acc)[1] == ["reversal"]
+    assert trained_files.task_standing(acc, ["reversal"], 5) == {"reversal": "judged"}
     # a third seed that did not learn: every seed in counts, so the task is not learned
     runs[2] = _record(2, 0.5, [0.0, 0.1, 0.3, 0.5], [0.8] * 4)
-    acc = committed.study_accuracy(committed.study_table({"reversal": {"runs": runs}}),
+    acc = trained_files.study_accuracy(trained_files.study_table({"reversal": {"runs": runs}}),
                                    PROFILES["study"].n_test, n_seeds=5)
-    assert committed.learned_and_judged(acc) == ([], [])
-    assert committed.task_standing(acc, ["reversal"], 5) == {"reversal": "not learned"}
-    assert committed.judged_at(2) == 2  # a profile of fewer seeds: all of them
+    assert trained_files.learned_and_judged(acc) == ([], [])
+    assert trained_files.task_standing(acc, ["reversal"], 5) == {"reversal": "not learned"}
+    assert trained_files.judged_at(2) == 2  # a profile of fewer seeds: all of them
 
 
 def test_task_standing_says_why_a_task_is_or_is_not_judged():
@@ -369,11 +370,11 @@ def test_task_standing_says_why_a_task_is_or_is_not_judged():
                         "complete": [True, True, True, False]},
                        index=["reversal", "ordering", "indexing", "addition"])
     tasks = ["reversal", "ordering", "indexing", "addition", "copy"]
-    assert committed.task_standing(acc, tasks, 5, stale=["copy"]) == {
+    assert trained_files.task_standing(acc, tasks, 5, stale=["copy"]) == {
         "reversal": "judged", "ordering": "not learned with margin",
         "indexing": "not learned", "addition": "still training: 2 of 5 seeds in",
         "copy": "stale: trained under an earlier profile"}
-    assert committed.task_standing(None, ["reversal"], 5) == {
+    assert trained_files.task_standing(None, ["reversal"], 5) == {
         "reversal": "still training: 0 of 5 seeds in"}
 
 
@@ -383,44 +384,44 @@ def test_model_dependence_says_whether_a_verdict_differs_between_the_models():
                           for c, r in keys])
     big = small.assign(verdict=["fails", "holds", "cannot tell", "fails", "fails", "holds"])
     small.loc[3, "verdict"] = big.loc[3, "verdict"] = "cannot tell"
-    out = committed.model_dependence({"4 x 96": small, "6 x 384": big}, ["reversal", "addition"])
+    out = trained_files.model_dependence({"4 x 96": small, "6 x 384": big}, ["reversal", "addition"])
     assert len(out) == 2 * len(keys)
-    rev = out[out.task == "reversal"].set_index("reading")[committed.DIFFERS]
+    rev = out[out.task == "reversal"].set_index("reading")[trained_files.DIFFERS]
     assert rev.iloc[0] == "no: fails on both models"
     assert rev.iloc[1] == "yes: fails at 4 x 96, holds at 6 x 384"
     # a "cannot tell" is missing evidence: it neither differs from nor agrees with a verdict
     assert rev.iloc[2] == "not shown: fails at 4 x 96, cannot tell at 6 x 384"
     assert rev.iloc[3] == "not shown: cannot tell at 4 x 96, cannot tell at 6 x 384"
-    three = committed.model_dependence({"a": small, "b": small, "c": small}, ["reversal"])
-    assert three[committed.DIFFERS].iloc[0] == "no: fails on all 3 models"
-    add = out[out.task == "addition"][committed.DIFFERS]
+    three = trained_files.model_dependence({"a": small, "b": small, "c": small}, ["reversal"])
+    assert three[trained_files.DIFFERS].iloc[0] == "no: fails on all 3 models"
+    add = out[out.task == "addition"][trained_files.DIFFERS]
     assert (add == "cannot say: 4 x 96, 6 x 384 have no verdict on addition").all()
-    untrained = committed.model_dependence({"4 x 96": small, "6 x 384": None}, ["reversal"])
+    untrained = trained_files.model_dependence({"4 x 96": small, "6 x 384": None}, ["reversal"])
     assert (untrained["6 x 384"] == "not judged").all()
     # the reason a model has no verdict stands in its column: "yet" only while it trains
     standing = {"6 x 384": {"reversal": "still training: 1 of 5 seeds in"},
                 "4 x 96": {"reversal": "judged"}}
-    waiting = committed.model_dependence({"4 x 96": small, "6 x 384": None}, ["reversal"],
+    waiting = trained_files.model_dependence({"4 x 96": small, "6 x 384": None}, ["reversal"],
                                         standing)
     assert (waiting["6 x 384"] == "still training: 1 of 5 seeds in").all()
-    assert (waiting[committed.DIFFERS] == "cannot say yet: 6 x 384 has no verdict on "
+    assert (waiting[trained_files.DIFFERS] == "cannot say yet: 6 x 384 has no verdict on "
             "reversal").all()
     standing["6 x 384"]["reversal"] = "not learned with margin"
-    late = committed.model_dependence({"4 x 96": small, "6 x 384": None}, ["reversal"],
+    late = trained_files.model_dependence({"4 x 96": small, "6 x 384": None}, ["reversal"],
                                      standing)
-    assert (late[committed.DIFFERS] == "cannot say: 6 x 384 has no verdict on reversal").all()
+    assert (late[trained_files.DIFFERS] == "cannot say: 6 x 384 has no verdict on reversal").all()
     # an exploratory table (no task learned with margin) is no verdict to compare
     guess = small.assign(standing="exploratory: no task meets the margin rule")
-    mixed = committed.model_dependence({"4 x 96": guess, "6 x 384": big}, ["reversal"])
+    mixed = trained_files.model_dependence({"4 x 96": guess, "6 x 384": big}, ["reversal"])
     assert (mixed["4 x 96"] == "not judged").all()
     with pytest.raises(ValueError, match="two models"):
-        committed.model_dependence({"4 x 96": small}, ["reversal"])
+        trained_files.model_dependence({"4 x 96": small}, ["reversal"])
 
 
 def test_two_profiles_differences_are_named_beyond_size():
     study, paper = PROFILES["study"], PROFILES["paper_study"]
-    words = committed.profile_differences(study, paper, ["reversal"])
+    words = trained_files.profile_differences(study, paper, ["reversal"])
     assert "width 96 vs 384" in words and "layers 4 vs 6" in words
     assert "token-embedding σ 0.002 vs 0.02" in words
     assert "trajectory inputs 128 vs 64" in words
-    assert committed.profile_differences(study, study, ["reversal"]) == []
+    assert trained_files.profile_differences(study, study, ["reversal"]) == []

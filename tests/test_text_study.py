@@ -14,7 +14,8 @@ import torch
 from nopelib.core import corpus
 from nopelib.rules import beyond_claims
 from nopelib.store import checkpoint as ck
-from nopelib.studies import results, text_study as ts, text_tables
+from nopelib.results import files as results, text_tables
+from nopelib.studies import text_study as ts
 from nopelib.training import text_lm as tl
 
 TINY = tl.TEXT_PROFILES["text_tiny"]

@@ -6,8 +6,9 @@ import torch
 
 from nopelib.averaging import attention_null, theory as th, theory_config as thc
 from nopelib.core.metrics import adjacency_score, cosine_similarity_matrix
-from nopelib.studies import block1, one_model, theory_studies as ts
-from nopelib.studies.one_model import random_model
+from nopelib.averaging import block1, theory_studies as ts
+from nopelib.core import one_model
+from nopelib.core.one_model import random_model
 
 
 def test_uniform_cosine_matrix_closed_form_and_ideal_score():
@@ -486,8 +487,8 @@ def test_prediction_table_and_listing() -> None:
 
 
 def test_length_study_against_the_closed_form() -> None:
-    from nopelib.studies.analysis import length_scores
-    from nopelib.studies.one_model import length_tokens
+    from nopelib.core.analysis import length_scores
+    from nopelib.core.one_model import length_tokens
     from nopelib.core.model import GPTConfig
     base = GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=24)
     sources = {"task alphabet": None, "i.i.d. control": 500}

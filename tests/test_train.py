@@ -21,8 +21,8 @@ from nopelib.core.model import GPT, GPTConfig
 from nopelib.core.tasks import (EOS_ID, MAX_SEQ_LEN, TASKS, VOCAB, encode, encode_batch, get_task,
                                 make_split, sample_inputs)
 from nopelib.store import sources
-from nopelib.studies import results
-from nopelib.studies.one_model import random_model
+from nopelib.results import files as results
+from nopelib.core.one_model import random_model
 from nopelib.training import exact_match, launch, profiles, run_entry, runs as rc, train_profile
 
 TINY = replace(
@@ -409,7 +409,7 @@ def test_the_paper_study_profile_is_the_base_model_under_the_study_budget():
 
 
 def test_records_of_the_profiles_before_the_dense_curve_are_unchanged():
-    # committed studies compare the record of their day with today's (committed.is_current)
+    # committed studies compare the record of their day with today's (trained_files.is_current)
     for name in ("cpu", "study", "paper"):
         record = profiles.PROFILES[name].record()
         assert not set(train_profile.RECORDED_WHEN_SET) & set(record)

@@ -12,7 +12,7 @@ import pytest
 
 import nopelib.studies.trained_study as ts
 from nopelib.core.model import GPTConfig
-from nopelib.studies import results
+from nopelib.results import files as results
 from nopelib.training import profiles
 from nopelib.training.runs import run_key
 

@@ -11,8 +11,8 @@ import nopelib.studies.trained_study as ts
 from nopelib.core.devices import dtype_policy
 from nopelib.core.model import GPTConfig
 from nopelib.rules import claims
-from nopelib.studies import committed, results
-from nopelib.studies.result_manifest import MANIFEST_NAME
+from nopelib.results import files as results, trained_files
+from nopelib.results.manifest import MANIFEST_NAME
 from nopelib.core.tasks import TASKS
 from nopelib.training import profiles, train_profile
 from nopelib.training.runs import run_key
@@ -64,7 +64,7 @@ def test_a_tiny_study_writes_a_valid_file_whose_trajectory_the_claims_read(tmp_p
 def test_bf16_trains_only_the_tasks_every_committed_check_found_unchanged():
     # the rule's "changes" keeps float32: a task trains in bf16 only where a check ran it and
     # found every quantity unchanged (on the paper's model, addition's layer scores moved)
-    cleared = committed.bf16_cleared("paper_study")
+    cleared = trained_files.bf16_cleared("paper_study")
     rows = [row for doc in results.load_all("precision").values() for row in doc["gaps"]]
     ran = {row["task"] for row in rows}
     changed = {row["task"] for row in rows if row["verdict"] != "no change"}
@@ -72,16 +72,16 @@ def test_bf16_trains_only_the_tasks_every_committed_check_found_unchanged():
     prof = profiles.PROFILES["paper_study"]
     for task in TASKS:
         for p in (prof, prof.batched()):
-            assert committed.task_profile(p, task).precision == (
+            assert trained_files.task_profile(p, task).precision == (
                 "bfloat16" if task in cleared else "float32")
-            assert replace(committed.task_profile(p, task), precision=p.precision) == p
-    assert committed.task_profile(TINY, "addition") is TINY  # a float32 profile as it is
+            assert replace(trained_files.task_profile(p, task), precision=p.precision) == p
+    assert trained_files.task_profile(TINY, "addition") is TINY  # a float32 profile as it is
 
 
 def test_a_study_trains_a_task_no_check_cleared_in_float32(tmp_path, monkeypatch):
     asks_bf16 = replace(TINY, name="tiny-bf16", precision="bfloat16")
     monkeypatch.setitem(profiles.PROFILES, asks_bf16.name, asks_bf16)
-    assert committed.bf16_cleared(asks_bf16.name) == frozenset()
+    assert trained_files.bf16_cleared(asks_bf16.name) == frozenset()
     by_task, _ = ts.run_study(asks_bf16, ["ordering"], [0], device="cpu", workers=1,
                               probe_fit_tokens=100)
     run = by_task["ordering"][0]
@@ -91,7 +91,7 @@ def test_a_study_trains_a_task_no_check_cleared_in_float32(tmp_path, monkeypatch
     cached = ts.cached_runs(asks_bf16, ["ordering"], [0], device="cpu")
     assert cached["ordering", 0].metrics["key"] == run["key"]
     # on a GPU too: the task's profile trains it in float32 there (CUDA follows the profile)
-    assert dtype_policy("cuda", committed.task_profile(asks_bf16, "ordering").precision) == (
+    assert dtype_policy("cuda", trained_files.task_profile(asks_bf16, "ordering").precision) == (
         "float32")
 
 
@@ -146,11 +146,11 @@ def test_the_committed_studies_are_valid_and_judged_by_the_fixed_rules():
                                              run["steps"])
                 assert phase.shape == (prof.model.n_layer + 1,), name
     for profile, (prof, study_docs) in by_profile.items():
-        acc = committed.study_accuracy(committed.study_table(study_docs), prof.n_test,
+        acc = trained_files.study_accuracy(trained_files.study_table(study_docs), prof.n_test,
                                        n_seeds=len(prof.seeds))
-        judged = committed.learned_and_judged(acc)[1]
+        judged = trained_files.learned_and_judged(acc)[1]
         if judged:
-            table = committed.trained_verdicts(study_docs, acc)[1]
+            table = trained_files.trained_verdicts(study_docs, acc)[1]
             assert len(table) == len(claims.TRAINED_CLAIMS) * len(judged), profile
             assert set(table.task) == set(judged)
             assert set(table.verdict) <= set(claims.VERDICTS)
@@ -185,7 +185,7 @@ def test_a_study_in_flight_writes_the_seeds_it_has_and_grows_by_seed(tmp_path, m
     assert grown["runs"][1] == first["runs"][0] and grown["provenance"]["seeds"] == [0, 1]
     assert "--seeds 0" in grown["runs"][0]["origin"]["command"]
     assert grown["provenance"]["runs_kept"] == 1
-    where = committed.study_provenance(grown)
+    where = trained_files.study_provenance(grown)
     assert where.count("trained by `") == 2 and "seed 1 trained by" in where
     # a cached-only rewrite keeps both committed runs, each with the invocation that trained it
     ts.main([*argv, "--cached-only"])
@@ -200,7 +200,7 @@ def test_a_study_in_flight_writes_the_seeds_it_has_and_grows_by_seed(tmp_path, m
     assert cached["provenance"]["runs_from_cache"] == 2
     assert [r["origin"]["finished"] for r in cached["runs"]] == [
         r["origin"]["finished"] for r in grown["runs"]]  # when each run finished training
-    where = committed.study_provenance(cached)
+    where = trained_files.study_provenance(cached)
     assert "trained by" not in where and "seeds 0, 1 read from the run cache" in where
 
 

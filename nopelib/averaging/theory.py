@@ -3,7 +3,7 @@
 Everything here is a formula, or a Monte Carlo of one (``simulate_averaged``,
 ``null_attention_checks``): no model is built or run. The layer-1 score of a whole
 configuration from its initialisation is ``nopelib.averaging.theory_config``; the studies that set
-these closed forms beside random models live in ``nopelib.studies.theory_studies``.
+these closed forms beside random models live in ``nopelib.averaging.theory_studies``.
 
 Positions are 1-based in every formula here (position k averages the value vectors 1..k).
 

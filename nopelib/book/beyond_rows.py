@@ -17,8 +17,10 @@ from nopelib.book.score_rows import (OUTSIDE, grid_status, in_paper_grid, link, 
 from nopelib.core import corpus
 from nopelib.core.model import GPTConfig
 from nopelib.rules import beyond_claims, claims, init_claims
-from nopelib.studies import analysis as an, long_context, results, text_tables
-from nopelib.studies.theory_studies import prediction_table
+from nopelib.core import analysis as an
+from nopelib.studies import long_context
+from nopelib.results import files as results, text_tables
+from nopelib.averaging.theory_studies import prediction_table
 from nopelib.training import text_lm
 
 

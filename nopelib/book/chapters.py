@@ -29,8 +29,9 @@ from nopelib.core.params import Choice, Rule
 from nopelib.core.tasks import TASKS
 from nopelib.rules import beyond_claims as bc, claims as tc, init_claims as ic
 from nopelib.store.memo import memo
-from nopelib.studies import (analysis as an, early_study, long_context, probe_study, study,
-                             text_study, theory_studies)
+from nopelib.core import analysis as an
+from nopelib.studies import early_study, long_context, probe_study, study, text_study
+from nopelib.averaging import theory_studies
 from nopelib.training.profiles import PROFILES
 from nopelib.training.text_lm import get_text_profile
 

@@ -17,7 +17,8 @@ from nopelib.book.chapters import section_of
 from nopelib.core.model import GPTConfig
 from nopelib.core.probe import RidgeConfig
 from nopelib.rules import beyond_claims, claims, init_claims
-from nopelib.studies import analysis as an, committed
+from nopelib.core import analysis as an
+from nopelib.results import trained_files as committed
 from nopelib.studies.probe_study import (mlp_studies, paired_differences, random_studies,
                                          trained_comparison)
 from nopelib.training.profiles import PROFILES

@@ -44,7 +44,7 @@ def dtype_policy(device_type: str, precision: str = "float32") -> str:
     bfloat16 autocast when the profile asks for it, on CUDA or on a CPU with bf16 units
     (``bf16_available``), else float32. A GPU follows the profile as a CPU does, because
     bf16 is adopted per task only where a committed check found it changes no verdict
-    (``committed.task_profile``): a task it changes trains in float32 on every device."""
+    (``trained_files.task_profile``): a task it changes trains in float32 on every device."""
     if precision == "bfloat16" and (device_type == "cuda"
                                     or (device_type == "cpu" and bf16_available())):
         return "autocast-bfloat16"

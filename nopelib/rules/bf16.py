@@ -1,7 +1,7 @@
 """The precision check's rule: whether bf16 autocast changes what the verdicts read.
 
 Fixed before the check ran (``nopelib.studies.precision`` runs it; the committed file is
-recomputed from its runs by ``nopelib.studies.results``): the same seeds are trained under
+recomputed from its runs by ``nopelib.results.files``): the same seeds are trained under
 float32 and bf16 autocast for the first steps, and the gap between the precisions is set
 beside the gap between two float32 seeds.
 """

@@ -47,8 +47,8 @@ import torch
 
 from nopelib.core.tasks import TASKS
 from nopelib.store.cache import resolve_cache_dir
-from nopelib.studies import results
-from nopelib.studies.committed import task_profile
+from nopelib.results import files as results
+from nopelib.results.trained_files import task_profile
 from nopelib.training.profiles import get_profile
 from nopelib.training.runs import run_key
 

@@ -64,11 +64,11 @@ from nopelib.store.cache import resolve_cache_dir
 from nopelib.store.checkpoint import RunCheckpoints
 from nopelib.store.memo import is_cached, memo
 from nopelib.store.memo_key import call_key
-from nopelib.studies import result_guard, results
-from nopelib.studies.committed import task_profile
-from nopelib.studies.early_kept import kept_runs
-from nopelib.studies.result_schema import EARLY_FULL_PREFIX
-from nopelib.studies.one_model import random_model
+from nopelib.results import files as results, guard
+from nopelib.results.trained_files import task_profile
+from nopelib.results.early_kept import kept_runs
+from nopelib.results.schema import EARLY_FULL_PREFIX
+from nopelib.core.one_model import random_model
 from nopelib.training.gate import training_time_problem
 from nopelib.training.profiles import PROFILES, get_profile
 from nopelib.training.runs import run_key, score
@@ -371,7 +371,7 @@ def main(argv: list[str] | None = None) -> None:
     try:  # before any training: the file as it stands now
         kept_runs(out, results.load(out) if out.is_file() else None, training, everything,
                   args.replace)
-    except (results.ResultsError, result_guard.Refused) as exc:
+    except (results.ResultsError, guard.Refused) as exc:
         parser.error(str(exc))
     runs = run_study(args.profile, args.tasks, seeds, ablations, args.workers, full)
     doc = {"provenance": results.provenance(

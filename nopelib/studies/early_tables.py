@@ -19,7 +19,7 @@ from nopelib.core.tasks import TASKS
 from nopelib.rules import beyond_claims
 from nopelib.rules.claims import past_plateau
 from nopelib.studies.early_study import ABLATIONS, ablation_name
-from nopelib.studies.result_kinds import run_policy
+from nopelib.results.kinds import run_policy
 
 MEASURED = ("rho", "value_common", "embedding_common", "value_axis", "embedding_axis",
             "entropy", "score_without_mlp", "predicted")  # block 1, per curve point
@@ -46,7 +46,7 @@ def frame(doc: dict) -> pd.DataFrame:
 
 def precisions(doc: Mapping) -> pd.DataFrame:
     """Per task of an early study, in TASKS' order: how its runs' training steps computed
-    (``result_kinds.run_policy``; "not recorded" for runs from before runs recorded it under
+    (``kinds.run_policy``; "not recorded" for runs from before runs recorded it under
     a profile that asks bf16, which trained in bf16 where their CPU had bf16 units) and the
     seeds they hold."""
     training = doc["provenance"]["training"]

@@ -37,7 +37,8 @@ from nopelib.core.model import GPTConfig
 from nopelib.core.tasks import TASKS, sample_inputs
 from nopelib.store import cache
 from nopelib.store.cache import commit_file
-from nopelib.studies import one_model, result_guard, results
+from nopelib.results import files as results, guard
+from nopelib.core import one_model
 from nopelib.training.launch import BACKENDS, train_many
 from nopelib.training.profiles import PROFILES
 from nopelib.training.train_profile import TrainProfile
@@ -246,8 +247,8 @@ def main(argv: list[str] | None = None) -> None:
     })
     if args.batched and backend not in ("local", "batched"):
         parser.error(f"--batched trains in this process: it cannot use --backend {backend}")
-    would = result_guard.summary("grid", {"grid": args.name, "backend": backend})
-    if problem := result_guard.single_problem(out, "grid", would, args.replace):
+    would = guard.summary("grid", {"grid": args.name, "backend": backend})
+    if problem := guard.single_problem(out, "grid", would, args.replace):
         parser.error(problem)
     grid = get_grid(args.name)
     if not cluster:  # a cluster's devices and cores are not known here
@@ -267,7 +268,7 @@ def main(argv: list[str] | None = None) -> None:
         trained=sum(not r["from_cache"] for r in rows))
     with results.locked(out):  # a file written meanwhile is replaced only with --replace
         if not args.replace:
-            result_guard.refuse(result_guard.appeared_problem(out, would))
+            guard.refuse(guard.appeared_problem(out, would))
         write_summary(out, provenance, rows)
     acc = np.mean([r["accuracy"] for r in rows])
     print(f"wrote {out}: {len(rows)} runs ({provenance['trained']} trained) in "

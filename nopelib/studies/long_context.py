@@ -45,8 +45,8 @@ from nopelib.core.model import GPTConfig
 from nopelib.core.params import SEED, Float, Int, ListOf
 from nopelib.core.stats import t_interval
 from nopelib.rules.beyond_claims import ORDER_LEVEL
-from nopelib.studies import result_guard, results
-from nopelib.studies.one_model import length_tokens, random_model
+from nopelib.results import files as results, guard
+from nopelib.core.one_model import length_tokens, random_model
 
 ROWS_PER_OCTAVE = 256  # rows sampled (evenly) from each octave of positions
 DISTANCES_PER_OCTAVE = 16  # distances, log-spaced from 2 to a/2, per octave [a/2, a)
@@ -374,9 +374,9 @@ def main(argv: list[str] | None = None) -> None:
         "--seeds": (args.seeds, SEEDS.costing(joint_cost("--"))),
         "--windows": (args.windows, _windows("--", min_len=0)),
     })
-    would = result_guard.summary("long", {"T": args.T, "n_embd": args.widths,
+    would = guard.summary("long", {"T": args.T, "n_embd": args.widths,
                                           "window": args.windows, "seed": args.seeds})
-    if problem := result_guard.single_problem(args.out, "long", would, args.replace):
+    if problem := guard.single_problem(args.out, "long", would, args.replace):
         parser.error(problem)
     start = time.perf_counter()
     runs = study(args.widths, args.seeds, args.T, args.windows)
@@ -384,7 +384,7 @@ def main(argv: list[str] | None = None) -> None:
                                             T=args.T, base=GPTConfig().to_dict()),
            "runs": runs}
     results.write(args.out, doc, "long",
-                  merge=None if args.replace else result_guard.unwritten(args.out, would))
+                  merge=None if args.replace else guard.unwritten(args.out, would))
     print(f"wrote {args.out}: {len(runs)} runs in {time.perf_counter() - start:.0f} s")
 
 

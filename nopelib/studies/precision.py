@@ -41,7 +41,7 @@ import torch
 from nopelib.core.devices import bf16_available
 from nopelib.core.tasks import TASKS
 from nopelib.rules.bf16 import RULE, gaps, verdict
-from nopelib.studies import result_guard, results
+from nopelib.results import files as results, guard
 from nopelib.studies.trained_study import study_profiles
 from nopelib.training.launch import train_many
 from nopelib.training.profiles import PROFILES, get_profile
@@ -117,9 +117,9 @@ def main(argv: list[str] | None = None) -> None:
         "--out-dir": (args.out_dir, OutPath(folder=True).where(
             lambda _, f: not out.is_dir(), f"a folder in which {out.name} is not a folder")),
     })
-    would = result_guard.summary("precision", {"profile": args.profile, "steps": args.steps,
+    would = guard.summary("precision", {"profile": args.profile, "steps": args.steps,
                                                "task": args.tasks, "seed": args.seeds})
-    if problem := result_guard.single_problem(out, "precision", would, args.replace,
+    if problem := guard.single_problem(out, "precision", would, args.replace,
                                               "--out-dir"):
         parser.error(problem)
     if not bf16_available():
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
         cpu_capability=torch.backends.cpu.get_cpu_capability()),
         "runs": records, "gaps": table.to_dict("records")}
     results.write(out, doc, "precision", merge=None if args.replace
-                  else result_guard.unwritten(out, would, "--out-dir"))
+                  else guard.unwritten(out, would, "--out-dir"))
     print(table.round(4).to_string(index=False))
     print(speed(records).round(2).to_string())
     print(f"verdict: {verdict(table)}; wrote {out} in {time.perf_counter() - start:.0f} s")

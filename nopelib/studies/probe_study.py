@@ -31,7 +31,7 @@ from nopelib.core.stats import t_interval
 from nopelib.core.tasks import CHARS, TASKS, encode_batch, make_split
 from nopelib.rules import init_claims
 from nopelib.store.memo import memo
-from nopelib.studies.one_model import random_model
+from nopelib.core.one_model import random_model
 from nopelib.training.profiles import PROFILES, get_profile
 from nopelib.training.train_profile import TrainProfile
 
@@ -340,7 +340,7 @@ def trained_study(task: str, seed: int, profile: str | TrainProfile, fit_tokens:
 def committed_probes(docs: Mapping[str, Mapping], tasks: Sequence[str],
                      shuffled: bool = False) -> pd.DataFrame:
     """The position probes the trained-model study committed for every run of ``tasks``
-    (``docs``: ``committed.load_study``'s files), one row per (task, model seed, layer, feature
+    (``docs``: ``trained_files.load_study``'s files), one row per (task, model seed, layer, feature
     set, probe seed) with nrmse, r and the window w; ``shuffled``: the shuffled-target
     control's rows instead."""
     rows = [{"task": task, "model_seed": run["seed"], "w": run["probes"]["w"], **row}

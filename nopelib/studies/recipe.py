@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from nopelib.core.tasks import TASKS
-from nopelib.studies import result_guard, results
+from nopelib.results import files as results, guard
 from nopelib.training.launch import train_many, train_missing
 from nopelib.training.profiles import PROFILES, get_profile
 from nopelib.training.train_profile import RECIPE_ENCODINGS, TrainProfile
@@ -77,9 +77,9 @@ def main(argv: list[str] | None = None) -> None:
                                     "run")),
         "--device": (args.device, Device()),
     })
-    would = result_guard.summary("recipe", {"profile": args.profile, "scale": args.scale,
+    would = guard.summary("recipe", {"profile": args.profile, "scale": args.scale,
                                             "task": args.tasks, "seed": args.seeds})
-    if problem := result_guard.single_problem(args.out, "recipe", would, args.replace):
+    if problem := guard.single_problem(args.out, "recipe", would, args.replace):
         parser.error(problem)
     base = get_profile(args.profile)  # resolved once, passed on
     # each run costed as a learned-position one, the larger model
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
         "runs": rows,
     }
     results.write(args.out, result, "recipe",
-                  merge=None if args.replace else result_guard.unwritten(args.out, would))
+                  merge=None if args.replace else guard.unwritten(args.out, would))
     print(f"wrote {args.out}: {len(rows)} runs in {result['provenance']['wall_seconds']} s")
 
 

@@ -32,8 +32,8 @@ from nopelib.core.params import SEED, Choice, Device, ListOf
 from nopelib.core.stats import seed_interval, summarize
 from nopelib.core.tasks import TASKS, encode_inputs, make_split, majority_baseline, sample_inputs
 from nopelib.rules import claims
-from nopelib.studies.block1 import measure_value_scale
-from nopelib.studies.one_model import random_model
+from nopelib.averaging.block1 import measure_value_scale
+from nopelib.core.one_model import random_model
 from nopelib.training.profiles import PROFILES
 from nopelib.training.train_profile import TrainProfile
 
@@ -261,7 +261,7 @@ def reproduction_summary(task: str, seed: int, live: Mapping[str, object],
 
 
 def kernel_check(doc: Mapping) -> tuple[str, pd.DataFrame]:
-    """A committed kernel check (``nopelib.tools.kernels --record``): a Markdown caption (where it
+    """A committed kernel check (``nopelib.studies.kernels --record``): a Markdown caption (where it
     ran, its kernel sets, and whether the live runs' verdict and their reproduction check agree
     across the sets) and one row per live run and kernel set."""
     p = doc["provenance"]

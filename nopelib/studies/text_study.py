@@ -41,7 +41,7 @@ from nopelib.rules import beyond_claims
 from nopelib.store.cache import resolve_cache_dir
 from nopelib.store.checkpoint import RunCheckpoints
 from nopelib.store.memo import is_cached, memo
-from nopelib.studies import result_guard, results
+from nopelib.results import files as results, guard
 from nopelib.studies.probe_study import sequences_for
 from nopelib.training.text_lm import (ENCODINGS, TEXT_PROFILES, TextProfile, bits_per_char,
                                       get_text_profile, layer_scores, lengths_for, run_key, sample,
@@ -209,11 +209,11 @@ def drop_problem(path: Path, old: dict | None, profile: TextProfile, encodings: 
     its committed one)."""
     if old is None:
         return None
-    would = result_guard.summary("text", {"profile": profile.name, "encoding": encodings,
+    would = guard.summary("text", {"profile": profile.name, "encoding": encodings,
                                           "seed": seeds})
     mine = {(e, s) for e in encodings for s in seeds}
-    return (result_guard.stale_problem(path, old, would, profile.record(), replace)
-            or result_guard.dropped_problem(
+    return (guard.stale_problem(path, old, would, profile.record(), replace)
+            or guard.dropped_problem(
                 path, old, would, [r["seed"] for r in old["runs"]
                                    if (r["encoding"], r["seed"]) not in mine], replace,
                 "this command does not compute them again"))
@@ -254,9 +254,9 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--out={str(out)!r}: the file must be named text_<name>.json")
     if not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
         parser.error(f"--out={str(out)!r}: {str(out.parent)!r} is not a writable folder")
-    guard = (prof, args.encodings, seeds, args.replace)
+    asked = (prof, args.encodings, seeds, args.replace)
     try:  # before any training: the file as it stands now
-        problem = drop_problem(out, results.load(out) if out.is_file() else None, *guard)
+        problem = drop_problem(out, results.load(out) if out.is_file() else None, *asked)
     except results.ResultsError as exc:
         problem = f"{exc}; move the file aside or mend it"
     if problem:
@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> None:
         unigram_bpc=unigram_bits(load())), "runs": runs}
 
     def checked(old: dict | None, new: dict) -> dict:  # the file as it stands when written
-        result_guard.refuse(drop_problem(out, old, *guard))
+        guard.refuse(drop_problem(out, old, *asked))
         return new
 
     results.write(out, doc, "text", merge=checked)

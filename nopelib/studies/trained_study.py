@@ -53,9 +53,9 @@ from nopelib.core.probe import RidgeConfig
 from nopelib.core.tasks import TASKS, get_task
 from nopelib.rules import claims
 from nopelib.store.cache import resolve_cache_dir
-from nopelib.studies import result_guard, results
-from nopelib.studies.committed import live_seconds, task_profile
-from nopelib.studies.one_model import longest_input, similarity_matrices
+from nopelib.results import files as results, guard
+from nopelib.results.trained_files import live_seconds, task_profile
+from nopelib.core.one_model import longest_input, similarity_matrices
 from nopelib.studies.probe_study import task_sequences, trained_study
 from nopelib.training.launch import train_many
 from nopelib.training.profiles import PROFILES, get_profile
@@ -202,11 +202,11 @@ def kept_runs(path: Path, old: dict | None, training: dict, replace: Sequence[in
     words) keeps: all but those of the seeds ``replace`` names. A file trained under another
     record of the profile (an older version of it) cannot hold today's runs beside its own (a
     file holds one record): unless ``replace`` names every seed it holds, that raises
-    ``result_guard.Refused``, so a profile change never drops runs silently; until then the
-    chapters read the file as stale (``committed.load_study``) and judge nothing on it."""
+    ``guard.Refused``, so a profile change never drops runs silently; until then the
+    chapters read the file as stale (``trained_files.load_study``) and judge nothing on it."""
     if old is None:
         return []
-    result_guard.refuse(result_guard.stale_problem(
+    guard.refuse(guard.stale_problem(
         path, old, would, training, replace,
         other="move the file aside (--replace names seeds that --seeds trains)"))
     return [r for r in old["runs"] if r["seed"] not in replace]
@@ -270,7 +270,7 @@ def _committed_problems(folder: Path, names: Sequence[str], tasks: Sequence[str]
         except results.ResultsError as exc:
             problems.append(f"--out-dir {folder}: {exc}; move the file aside or mend it")
             continue
-        except result_guard.Refused as exc:
+        except guard.Refused as exc:
             problems.append(str(exc))
             continue
         other = [r["seed"] for r in runs if r["seed"] in seeds

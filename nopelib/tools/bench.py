@@ -49,7 +49,7 @@ from nopelib.core.model import GPTConfig
 from nopelib.core.params import OutPath, check_args
 from nopelib.core.probe import ProbeConfig, RidgeConfig, fit_probe
 from nopelib.core.tasks import CHARS, TASKS, encode_batch, encode_inputs, make_split
-from nopelib.studies.one_model import long_sequence, random_model, similarity_matrices
+from nopelib.core.one_model import long_sequence, random_model, similarity_matrices
 from nopelib.tools.bench_chapters import bench_chapters
 from nopelib.tools.bench_report import format_table, write_json
 from nopelib.tools.timing import sample_summary, speed_ratio, sync_device, time_call

@@ -31,7 +31,7 @@ from nopelib.core.devices import bf16_available
 from nopelib.core.model import GPTConfig
 from nopelib.core.params import Int, OutPath, check_args
 from nopelib.core.tasks import TASKS, encode_batch, make_split
-from nopelib.studies.one_model import random_model
+from nopelib.core.one_model import random_model
 from nopelib.tools.bench_report import write_json
 from nopelib.training.profiles import PROFILES
 from nopelib.training.train import adamw, train_step

@@ -24,7 +24,7 @@ BATCHED_SUFFIX = "+batched"
 
 # fields added after studies were committed: a record holds them only when they differ from
 # their default, so the records of the profiles before them (which committed studies compare,
-# nopelib.studies.committed.is_current) stay as they were
+# nopelib.results.trained_files.is_current) stay as they were
 RECORDED_WHEN_SET = ("curve_dense_every", "curve_dense_until", "precision")
 
 

@@ -9,7 +9,7 @@ folder that holds a manifest) whose bytes do not match its entry, or that has no
 file and how to go on: re-run the command that writes it, or, for a file a study command wrote
 without recording it (the campaign's runs train from clones of older commits, which write into
 this checkout's ``book/results`` with their own ``results.write``), check and sign it with
-``python -m nopelib.studies.results --sign FILE ...``, which validates the file against its
+``python -m nopelib.results.files --sign FILE ...``, which validates the file against its
 schema first and refuses to sign an invalid one. The manifest's name starts with no result
 kind, so ``results.load_all`` never reads it as a result.
 """
@@ -21,10 +21,10 @@ import json
 from pathlib import Path
 
 from nopelib.store import cache
-from nopelib.studies.result_schema import ResultsError
+from nopelib.results.schema import ResultsError
 
 MANIFEST_NAME = "MANIFEST.json"
-SIGN_COMMAND = "python -m nopelib.studies.results --sign"
+SIGN_COMMAND = "python -m nopelib.results.files --sign"
 ABOUT = ("SHA-256 of each result file's bytes, as the command that wrote it left them: written "
          f"by results.write and by '{SIGN_COMMAND} FILE ...' (which validates the file first); "
          "results.load refuses a file whose bytes do not match")

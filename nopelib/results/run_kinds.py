@@ -12,10 +12,10 @@ from typing import Any
 
 from nopelib.core.features import FEATURE_SETS
 from nopelib.rules.claims import LEARNED_AT, past_plateau
-from nopelib.studies.result_checks import (bad_value, check_complete, check_distinct, check_fields,
+from nopelib.results.checks import (bad_value, check_complete, check_distinct, check_fields,
                                            check_layers, check_same, check_series, known_profile,
                                            layer_rows, profile_record, shown_value)
-from nopelib.studies.result_schema import (ACCURACIES, EXTRA_RUN, LOSSES, PROBES, PROBE_ROW,
+from nopelib.results.schema import (ACCURACIES, EXTRA_RUN, LOSSES, PROBES, PROBE_ROW,
                                            PROVENANCE, REL_TOL, RUN, RUN_ORIGIN,
                                            RUN_ORIGIN_COMMAND, RUN_ORIGIN_TRAINED,
                                            ResultsError, SEED_FIELD,

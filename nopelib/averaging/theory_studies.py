@@ -29,8 +29,8 @@ from nopelib.core.model import GPTConfig
 from nopelib.core.params import Choice, Float, Int, ListOf
 from nopelib.core.stats import normal_interval, pooled_sd, seed_interval
 from nopelib.core.tasks import TASKS, encode
-from nopelib.studies.block1 import block1_activations
-from nopelib.studies.one_model import length_tokens, random_model, study_texts
+from nopelib.averaging.block1 import block1_activations
+from nopelib.core.one_model import length_tokens, random_model, study_texts
 
 # ---------------------------------------------------------------------------------------------
 # block 1 of a random model, read from its hook points

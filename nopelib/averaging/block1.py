@@ -18,7 +18,7 @@ from nopelib.core.metrics import (adjacency_row_scores, adjacency_score, cosine_
                                   length_groups)
 from nopelib.core.model import GPT
 from nopelib.core.tasks import encode_inputs
-from nopelib.studies.one_model import random_model
+from nopelib.core.one_model import random_model
 
 
 @torch.no_grad()

@@ -22,7 +22,7 @@ it and asserts only that the live run learned. A difference is printed as such. 
 live runs twice, so it runs by hand, not in the default test run; ``--record`` also writes its
 outcome as a committed result, which the trained chapter shows:
 
-    python -m nopelib.tools.kernels --out /tmp/kernels --chapters trained probes \
+    python -m nopelib.studies.kernels --out /tmp/kernels --chapters trained probes \
         --record book/results/kernels_study.json
 """
 
@@ -41,8 +41,8 @@ import torch
 from nopelib.core.params import Choice, ListOf, OutPath, check_args
 from nopelib.rules.claims import LEARNED_AT
 from nopelib.store import cache
-from nopelib.studies import result_guard, results
-from nopelib.studies.committed import live_seconds, load_study
+from nopelib.results import files as results, guard
+from nopelib.results.trained_files import live_seconds, load_study
 from nopelib.studies.study import reproduction
 from nopelib.training.gate import training_time_problem
 from nopelib.training.launch import train_many
@@ -98,7 +98,7 @@ def record(results_by_set: dict[str, dict], argv: list[str] | None, start: float
                        for ch, c in res["chapters"].items()}
                 for name, res in results_by_set.items()}
     return {"provenance": results.provenance(
-                "python -m nopelib.tools.kernels", argv, start, profile=profile,
+                "python -m nopelib.studies.kernels", argv, start, profile=profile,
                 sets={name: res["env"] for name, res in results_by_set.items()},
                 chapters=chapters),
             "runs": runs}
@@ -136,7 +136,7 @@ def run_set(name: str, env_vars: dict[str, str], out: Path, chapters: list[str])
             "tagged": tagged_outputs(executed) if executed.is_file() else []}
         print(f"[{name}] {chapter}: {'passed' if proc.returncode == 0 else 'FAILED'} "
               f"in {result['chapters'][chapter]['seconds']:.0f} s", flush=True)
-    proc = subprocess.run([sys.executable, "-m", "nopelib.tools.kernels", "--summarize"], env=env,
+    proc = subprocess.run([sys.executable, "-m", "nopelib.studies.kernels", "--summarize"], env=env,
                           capture_output=True, text=True)
     if proc.returncode:
         raise RuntimeError(f"[{name}] summary failed:\n{proc.stderr[-3000:]}")
@@ -184,7 +184,7 @@ def compare(by_set: dict[str, dict]) -> tuple[bool, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nopelib.tools.kernels", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m nopelib.studies.kernels", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, help="folder for each set's cache and notebooks")
     parser.add_argument("--chapters", nargs="*", default=list(CHAPTERS), choices=CHAPTERS)
@@ -212,8 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.record is not None and not (args.record.name.startswith("kernels_")
                                         and args.record.suffix == ".json"):
         parser.error(f"--record={str(args.record)!r}: the name must be kernels_*.json")
-    would = result_guard.summary("kernels", {"profile": LIVE_PROFILE, "set": args.sets})
-    if args.record is not None and (problem := result_guard.single_problem(
+    would = guard.summary("kernels", {"profile": LIVE_PROFILE, "set": args.sets})
+    if args.record is not None and (problem := guard.single_problem(
             args.record, "kernels", would, args.replace, "--record")):
         parser.error(problem)
     # the sets train one after another, each the live runs once
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     cache.commit_file(args.out / "kernels.json", json.dumps(by_set, indent=1).encode())
     if args.record is not None:
         results.write(args.record, record(by_set, argv, start), "kernels", merge=None
-                      if args.replace else result_guard.unwritten(args.record, would, "--record"))
+                      if args.replace else guard.unwritten(args.record, would, "--record"))
     print(report)
     return 0 if ok else 1
 

@@ -21,13 +21,13 @@ trained chapter calls it when it starts, before any training. A study writes its
 ``write``, which validates it the same way and commits it atomically, with the ``provenance``
 every study records (command, commit, machine, torch, wall time, date), under the file's lock
 with the file re-read (two invocations writing one study merge their runs, and
-``result_guard`` refuses a write that would replace a committed result not named), and records
+``guard`` refuses a write that would replace a committed result not named), and records
 the file's SHA-256 in the folder's manifest: a committed file edited by hand afterwards is
-refused by ``load``, even where every value stays in its range (``result_manifest``;
-``python -m nopelib.studies.results --sign FILE ...`` signs a valid file an older checkout
+refused by ``load``, even where every value stays in its range (``manifest``;
+``python -m nopelib.results.files --sign FILE ...`` signs a valid file an older checkout
 wrote). The schemas are
-``result_schema``'s, the checks every kind shares ``result_checks``', and each kind's own checks
-``result_runs``' (recipe, grid, trained) and ``result_kinds``' (the others).
+``schema``'s, the checks every kind shares ``checks``', and each kind's own checks
+``run_kinds``' (recipe, grid, trained) and ``kinds``' (the others).
 """
 
 from __future__ import annotations
@@ -50,13 +50,13 @@ import numpy as np
 import torch
 
 from nopelib.store import cache
-from nopelib.studies import result_manifest
-from nopelib.studies.result_checks import check_depth, check_fields
-from nopelib.studies.result_kinds import (check_campaign, check_early, check_kernels,
+from nopelib.results import manifest
+from nopelib.results.checks import check_depth, check_fields
+from nopelib.results.kinds import (check_campaign, check_early, check_kernels,
                                           check_long, check_precision)
-from nopelib.studies.result_runs import check_grid, check_recipe, check_trained
-from nopelib.studies.result_text import check_text
-from nopelib.studies.result_schema import (EXTRA_PROVENANCE, KINDS, MAX_BYTES, MAX_DEPTH,
+from nopelib.results.run_kinds import check_grid, check_recipe, check_trained
+from nopelib.results.text_kind import check_text
+from nopelib.results.schema import (EXTRA_PROVENANCE, KINDS, MAX_BYTES, MAX_DEPTH,
                                            OPTIONAL_PROVENANCE, PROVENANCE, ResultsError,
                                            kind_of)
 
@@ -89,8 +89,8 @@ def validate(doc: Any, kind: str, name: str = "result") -> dict:
 
 
 def _check_name(path: Path, doc: dict, kind: str) -> None:
-    """A trained study's file is found by its profile and task (``committed.study_path``): its name
-    must be theirs."""
+    """A trained study's file is found by its profile and task
+    (``trained_files.study_path``): its name must be theirs."""
     if kind == "trained":
         want = f"trained_{doc['provenance']['profile']}_{doc['runs'][0]['task']}.json"
         if path.name != want:
@@ -137,10 +137,10 @@ def _read(path: Path) -> tuple[bytes, dict]:
 
 
 def is_signed_folder(folder: Path) -> bool:
-    """Whether the files of ``folder`` must match its manifest (``result_manifest``): the
+    """Whether the files of ``folder`` must match its manifest (``manifest``): the
     committed results, and any folder that holds a manifest."""
     return (folder.resolve() == Path(RESULTS_DIR).resolve()
-            or result_manifest.manifest_path(folder).exists())
+            or manifest.manifest_path(folder).exists())
 
 
 def load(path: str | Path) -> dict:
@@ -152,7 +152,7 @@ def load(path: str | Path) -> dict:
         path = RESULTS_DIR / path.name
     data, doc = _read(path)
     if is_signed_folder(path.parent):
-        result_manifest.check(path, data)
+        manifest.check(path, data)
     return doc
 
 
@@ -162,7 +162,7 @@ def sign(path: Path) -> dict:
     a study command wrote without recording it, e.g. from a clone of an older commit."""
     with locked(path):
         data, doc = _read(path)
-        result_manifest.record(path, data)
+        manifest.record(path, data)
     return doc
 
 
@@ -270,18 +270,18 @@ def write(path: Path, doc: dict, kind: str,
         _check_name(path, doc, kind)
         data = (dumps(doc) + "\n").encode()
         cache.commit_file(path, data)
-        result_manifest.record(path, data)
+        manifest.record(path, data)
     return doc
 
 
 def main(argv: list[str] | None = None) -> None:
     """Check every committed result, or sign files (``--sign``): each validated first, and
     none signed when one is invalid (exit 2 naming it)."""
-    parser = argparse.ArgumentParser(prog="python -m nopelib.studies.results",
+    parser = argparse.ArgumentParser(prog="python -m nopelib.results.files",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--sign", nargs="+", type=Path, metavar="FILE", default=[],
                         help="validate each file and record its SHA-256 in its folder's "
-                             f"{result_manifest.MANIFEST_NAME} (for a file a study command "
+                             f"{manifest.MANIFEST_NAME} (for a file a study command "
                              "wrote without recording it, e.g. from an older clone)")
     args = parser.parse_args(argv)
     for path in args.sign:

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 
 from nopelib.core.features import FEATURE_SETS
 from nopelib.rules.beyond_claims import TEXT_ENCODINGS
-from nopelib.studies.result_checks import (bad_value, check_distinct, check_fields, check_series,
+from nopelib.results.checks import (bad_value, check_distinct, check_fields, check_series,
                                            layer_rows, profile_record)
-from nopelib.studies.result_kinds import learning_rates
-from nopelib.studies.result_schema import (LOSSES, NRMSE, SECONDS, SEED_FIELD, SEEDS_FIELD, STEPS,
+from nopelib.results.kinds import learning_rates
+from nopelib.results.schema import (LOSSES, NRMSE, SECONDS, SEED_FIELD, SEEDS_FIELD, STEPS,
                                            Rule, int_rule, list_of, number_rule, object_rule,
                                            one_of, rows_rule, text_rule)
 from nopelib.training.text_lm import TextProfile, lengths_for

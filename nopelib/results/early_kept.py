@@ -5,7 +5,7 @@ replaces the committed one, and every other committed run stays. ``kept_runs`` s
 the file as it stands when the command starts (before any training) and again as it stands when
 the command writes (re-read under the file's lock by ``results.write``: another invocation may
 have added runs since), and refuses what one file cannot hold: runs of another profile record
-not named by ``--replace`` (``result_guard``), of other CPU kernels, or of another precision
+not named by ``--replace`` (``guard``), of other CPU kernels, or of another precision
 within a task.
 """
 
@@ -18,9 +18,9 @@ from pathlib import Path
 import torch
 
 from nopelib.core.devices import dtype_policy
-from nopelib.studies import result_guard, results
-from nopelib.studies.committed import task_profile
-from nopelib.studies.result_kinds import run_policy
+from nopelib.results import files as results, guard
+from nopelib.results.trained_files import task_profile
+from nopelib.results.kinds import run_policy
 from nopelib.training.profiles import get_profile
 
 Job = tuple[str, int, str, tuple[str, ...]]  # task, seed, study profile, parts held
@@ -32,7 +32,7 @@ def kept_runs(path: Path, old: dict | None, training: dict, todo: Sequence[Job],
     that a write of this invocation keeps: those of the same study profile (``training``, its
     record) whose (task, seed, frozen parts) ``todo`` does not compute, and the invocations
     they came from (the file's ``kept_from``, then its own command, commit and date). A file
-    of another profile record keeps none, and is refused (``result_guard.Refused``) unless
+    of another profile record keeps none, and is refused (``guard.Refused``) unless
     ``replace`` names every seed it holds: one file holds one record, and no run is dropped
     silently. A file trained under other CPU kernels (its ``cpu_capability``) raises
     ResultsError: one file holds one kernel set. So does a kept run of a task ``todo``
@@ -42,7 +42,7 @@ def kept_runs(path: Path, old: dict | None, training: dict, todo: Sequence[Job],
         return [], []
     prov, training = old["provenance"], json.loads(json.dumps(training))  # tuples as in a file
     would = f"runs of the {todo[0][2]} profile's record of today" if todo else "other runs"
-    result_guard.refuse(result_guard.stale_problem(path, old, would, training, replace))
+    guard.refuse(guard.stale_problem(path, old, would, training, replace))
     if prov["training"] != training:  # every seed named by replace
         return [], []
     here = torch.backends.cpu.get_cpu_capability()

@@ -2,7 +2,7 @@
 
 Each checks what its chapter reads (rows of scores per length and layer, the kernel sets'
 outcomes, the precision check's gaps recomputed from its runs, the early curves and block 1's
-quantities); the text study's are ``result_text``'s.
+quantities); the text study's are ``text_kind``'s.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from nopelib.core.tasks import TASKS
 from nopelib.core.model import GPTConfig
 from nopelib.rules import bf16
 from nopelib.rules.claims import LEARNED_AT
-from nopelib.studies.result_checks import (bad_value, check_complete, check_distinct, check_fields,
+from nopelib.results.checks import (bad_value, check_complete, check_distinct, check_fields,
                                            check_layers, check_same, check_series, known_profile,
                                            layer_rows, profile_record)
-from nopelib.studies.result_schema import (ACCURACIES, CAMPAIGN_RUN, DTYPE_POLICIES, EARLY_CURVE,
+from nopelib.results.schema import (ACCURACIES, CAMPAIGN_RUN, DTYPE_POLICIES, EARLY_CURVE,
                                            EARLY_FULL_PREFIX, EARLY_FULL_RUN, EARLY_MEASURED,
                                            EARLY_RUN, EXTRA_RUN, GAP, LONG_RUN, PRECISION_POLICY,
                                            PROVENANCE, REL_TOL, RUN, ResultsError, Rule, SECONDS,

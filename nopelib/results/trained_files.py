@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from nopelib.rules import claims
-from nopelib.studies import results
+from nopelib.results import files as results
 from nopelib.training.profiles import PROFILES
 from nopelib.training.train_profile import TrainProfile
 

@@ -23,7 +23,7 @@ from nopelib.core.model import GPTConfig
 from nopelib.core.params import Choice, Float, Int, ListOf
 from nopelib.core.stats import summarize
 from nopelib.core.tasks import TASKS, sample_inputs
-from nopelib.studies.one_model import length_tokens, random_model, similarity_matrices, study_texts
+from nopelib.core.one_model import length_tokens, random_model, similarity_matrices, study_texts
 
 # ---------------------------------------------------------------------------------------------
 # inputs and models

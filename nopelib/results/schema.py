@@ -1,9 +1,9 @@
 """The committed result files' schemas: each kind's fields and the rules that check them.
 
 A rule is a field's check and what it allows in words (``Rule``); a schema maps each field a
-chapter, the scorecard or a command reads to its rule. ``nopelib.studies.results`` validates a
-file against its kind's schema with the checks of ``result_checks``, ``result_runs`` and
-``result_kinds``.
+chapter, the scorecard or a command reads to its rule. ``nopelib.results.files`` validates a
+file against its kind's schema with the checks of ``checks``, ``run_kinds`` and
+``kinds``.
 """
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ EXTRA_RUN: dict[str, dict[str, Rule]] = {
                 "scores_init": _SCORES, "scores_after": _SCORES,
                 "trajectory": object_rule("an object with step, accuracy and scores"),
                 "probes": object_rule("an object with the probes' settings, rows and shuffled")},
-    # one live run of the kernel check (nopelib.tools.kernels) under one kernel set
+    # one live run of the kernel check (nopelib.studies.kernels) under one kernel set
     "kernels": {"set": (text_rule, "a kernel set name"),
                 "capability": (text_rule, "torch's CPU capability"),
                 "steps": STEPS,

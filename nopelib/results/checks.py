@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from nopelib.studies.result_schema import MAX_DEPTH, ResultsError, Rule, int_rule, scores_rule
+from nopelib.results.schema import MAX_DEPTH, ResultsError, Rule, int_rule, scores_rule
 from nopelib.training.profiles import PROFILES, get_profile
 from nopelib.training.train_profile import BATCHED_SUFFIX, TrainProfile
 

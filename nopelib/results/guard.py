@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from nopelib.core.params import shown
-from nopelib.studies.result_schema import KINDS, MAX_BYTES
+from nopelib.results.schema import KINDS, MAX_BYTES
 
 # what a description names of a file: its provenance's settings, then its runs' identities
 SETTINGS = ("profile", "grid", "T", "scale", "steps", "backend")

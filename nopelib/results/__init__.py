@@ -1,0 +1,1 @@
+"""The committed result files: their schemas, checks, loading, writing and the manifest."""
