@@ -53,8 +53,8 @@ def test_a_model_that_predicts_nothing_pays_log2_of_the_vocabulary(kjv):
 
 
 def test_profiles_and_encodings_are_checked():
-    with pytest.raises(ValueError, match="encoding='rope' is unknown"):
-        TINY.config("rope", 65)
+    with pytest.raises(ValueError, match="encoding='sinusoidal' is unknown"):
+        TINY.config("sinusoidal", 65)
     with pytest.raises(ValueError, match="context=2000"):
         tl.TextProfile(name="x", context=2000)
     with pytest.raises(ValueError, match="profile='big' is unknown"):
@@ -62,7 +62,7 @@ def test_profiles_and_encodings_are_checked():
     assert tl.TextProfile.from_record(TINY.record()) == TINY
     # a learned table holds the context; NoPE has none to outgrow
     assert TINY.config("learned", 65).block_size == TINY.context
-    assert TINY.config("none", 65).block_size == tl.LONGEST
+    assert TINY.config("none", 65).block_size == tl.REACH
 
 
 def test_a_stopped_text_run_resumes_bit_for_bit(kjv, tmp_path, monkeypatch):

@@ -43,6 +43,7 @@ LENGTH_MIN_SEEDS = 3  # per encoding: the fewest seeds a verdict is given on
 BPC_WINDOWS = 64  # held-out windows of max(LENGTH_LENGTHS) + 1 characters per model
 STATE_WINDOWS = 32  # the first of them whose hidden states are read (scores, resolution)
 WINDOW_SEED = 1  # the test books' windows (the text study's scores read seed 0)
+CURVE_BIN = 32  # positions per point of a per-position bits curve
 
 LENGTH_CLAIMS = (
     ("past the length: NoPE's loss rises",
@@ -66,6 +67,15 @@ LENGTH_RULE = (f"the seed as the unit (at least {LENGTH_MIN_SEEDS} per encoding,
                "beats the unigram baseline at the context length (else 'not trained')")
 EXPLAINS = ("consistent with the mechanism", "not explained by the mechanism",
             "no rise to explain", "cannot tell")
+
+
+def lengths_read(encoding: str, context: int = LENGTH_CONTEXT) -> list[int]:
+    """The lengths of LENGTH_LENGTHS a model with ``encoding`` reads: all of them, but a
+    learned table's, which stop at its ``context``."""
+    if encoding not in LENGTH_ENCODINGS:
+        raise ValueError(f"encoding={encoding!r} is unknown; allowed: {LENGTH_ENCODINGS}")
+    top = context if encoding == "learned" else max(LENGTH_LENGTHS)
+    return [n for n in LENGTH_LENGTHS if n <= top]
 
 
 def temperature(T: int, context: int = LENGTH_CONTEXT) -> np.ndarray:

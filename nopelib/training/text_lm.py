@@ -2,9 +2,9 @@
 
 The model is the book's decoder (``nopelib.core.model.GPT``) with the corpus's 65 symbols, trained
 as a language model: every position of a row predicts the next character. A NoPE model and
-one with a learned position embedding (``pos_encoding="learned"``, the same size otherwise)
-train on the same rows in the same order for a seed, so their bits per character differ by
-what the encoding buys. Training is ``loop.fit``, the loop every run of the book trains in
+ones with a learned position embedding, RoPE or ALiBi (``pos_encoding``, the same size
+otherwise) train on the same rows in the same order for a seed, so their bits per character
+differ by what the encoding buys. Training is ``loop.fit``, the loop every run of the book trains in
 (AdamW with decay on matrices, warm-up then cosine decay, gradient clipping, checkpoints).
 
 - ``TextProfile``: the model size, context and schedule, with why each was chosen.
@@ -30,14 +30,17 @@ from nopelib.core.corpus import Corpus
 from nopelib.core.metrics import adjacency_score, cosine_similarity_matrix
 from nopelib.core.model import GPT, GPTConfig
 from nopelib.rules.beyond_claims import TEXT_ENCODINGS, TEXT_LENGTHS
+from nopelib.rules.length_claims import LENGTH_ENCODINGS, LENGTH_LENGTHS
 from nopelib.store import sources
 from nopelib.store.checkpoint import RunCheckpoints
 from nopelib.training.loop import Checkpointing, fit
 from nopelib.training.train import adamw, train_step
 from nopelib.training.train_profile import TrainProfile
 
-ENCODINGS = TEXT_ENCODINGS  # NoPE, and a learned position embedding (the control)
-LONGEST = max(TEXT_LENGTHS)  # the longest held-out length NoPE is scored at (past its context)
+ENCODINGS = TEXT_ENCODINGS  # the text study's: NoPE, and a learned position table (the control)
+ALL_ENCODINGS = LENGTH_ENCODINGS  # every encoding a text model trains with (text_length's)
+LONGEST = max(TEXT_LENGTHS)  # the longest held-out length the text study scores NoPE at
+REACH = max(LENGTH_LENGTHS)  # the longest input a model without a position table reads
 
 
 @dataclass(frozen=True)
@@ -88,11 +91,11 @@ class TextProfile:
                       "seeds": tuple(fields["seeds"])})
 
     def config(self, encoding: str, vocab_size: int) -> GPTConfig:
-        """The model of a run: NoPE reaches LONGEST (no table to outgrow); a learned table
-        has one row per position of the context."""
-        if encoding not in ENCODINGS:
-            raise ValueError(f"encoding={encoding!r} is unknown; allowed: {ENCODINGS}")
-        block = LONGEST if encoding == "none" else self.context
+        """The model of a run: NoPE, RoPE and ALiBi reach REACH (no table to outgrow); a
+        learned table has one row per position of the context."""
+        if encoding not in ALL_ENCODINGS:
+            raise ValueError(f"encoding={encoding!r} is unknown; allowed: {ALL_ENCODINGS}")
+        block = self.context if encoding == "learned" else REACH
         return GPTConfig(n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd,
                          vocab_size=vocab_size, block_size=block, pos_encoding=encoding,
                          init_std=self.init_std)
