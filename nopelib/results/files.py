@@ -55,6 +55,7 @@ from nopelib.results.checks import check_depth, check_fields
 from nopelib.results.kinds import (check_campaign, check_early, check_kernels,
                                           check_long, check_precision)
 from nopelib.results.run_kinds import check_grid, check_recipe, check_trained
+from nopelib.results.length_kind import check_length
 from nopelib.results.text_kind import check_text
 from nopelib.results.schema import (EXTRA_PROVENANCE, KINDS, MAX_BYTES, MAX_DEPTH,
                                            OPTIONAL_PROVENANCE, PROVENANCE, ResultsError,
@@ -68,6 +69,7 @@ _KIND_CHECKS: dict[str, Callable[[str, dict], None]] = {
     "recipe": check_recipe, "grid": check_grid, "trained": check_trained,
     "long": check_long, "kernels": check_kernels, "precision": check_precision,
     "early": check_early, "text": check_text, "campaign": check_campaign,
+    "length": check_length,
 }
 
 

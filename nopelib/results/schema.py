@@ -23,7 +23,7 @@ from nopelib.training.train_profile import MAX_SEED, PRECISIONS
 
 
 KINDS = ("recipe", "grid", "trained", "long", "kernels", "precision", "early", "text",
-         "campaign")
+         "campaign", "length")
 MAX_BYTES = 64 * 2**20  # a committed result is kilobytes to a few megabytes
 # the deepest field of any schema is 7 levels down (a trained run's similarity matrices:
 # runs, run, matrices, layers, matrix, row); deeper nesting is no result file
@@ -133,6 +133,10 @@ EXTRA_PROVENANCE: dict[str, dict[str, Rule]] = {
              "training": object_rule("the text profile's fields"),
              "unigram_bpc": (number_rule(0.0), "a finite number >= 0 (result_text's BPC)"),
              "windows": object_rule("an object with n, seed and split")},
+    "length": {"profile": (text_rule, "a text profile name"),
+               "training": object_rule("the text profile's fields"),
+               "unigram_bpc": (number_rule(0.0), "a finite number >= 0"),
+               "windows": object_rule("an object with n, states, seed, split and length")},
     "campaign": {"profile": (text_rule, "a profile name"),
                  "queue": (lambda v: isinstance(v, list) and bool(v) and all(
                      isinstance(e, list) and len(e) == 2 and e[0] in TASKS
