@@ -1,0 +1,178 @@
+"""The page past the training length: the text-length study read, judged and drawn.
+
+``book/past_length.ipynb`` reads the committed ``length_text.json`` (written run by run by
+``python -m nopelib.studies.text_length``): which runs are in and which still train, bits per
+character per encoding and length with the spread over seeds, the per-position curves, NoPE's
+pattern and resolution d*(i) at each length, and the verdicts of ``length_claims`` once every
+compared encoding has its seeds (until then the count is shown, and no verdict).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from nopelib.results import files
+from nopelib.rules import length_claims as rule
+from nopelib.studies.long_context import resolution
+from nopelib.training.text_lm import TEXT_PROFILES
+
+FILE = "length_text.json"
+COLOURS = {"none": "#1f77b4", "rope": "#d62728", "alibi": "#2ca02c", "learned": "#7f7f7f"}
+NAMES = {"none": "NoPE", "rope": "RoPE", "alibi": "ALiBi", "learned": "learned table"}
+
+
+@dataclass
+class PastLength:
+    """The committed study as the page reads it (``read``)."""
+    doc: dict | None  # the file, None before its first run
+    runs: pd.DataFrame  # one row per (encoding, seed): steps, test bits, where it was made
+    bpc: pd.DataFrame  # one row per (encoding, seed, length): bpc, sharpened
+    states: pd.DataFrame  # per (encoding, seed, layer, length): score, ordered
+    curve: pd.DataFrame  # per (encoding, seed, position): bits (a bin of positions)
+    order: pd.DataFrame  # per (encoding, seed, layer, octave, d): measured share
+    seeds: dict  # encoding -> the seeds committed
+    todo: list  # (encoding, seed) of the queue not committed yet
+    tests: pd.DataFrame | None  # length_claims's table, once it can judge
+    explained: pd.DataFrame | None  # length_claims.explains's, with it
+
+    @property
+    def judged(self) -> bool:
+        return self.tests is not None
+
+
+def frames(doc: dict) -> dict[str, pd.DataFrame]:
+    """The file's runs as tables (see ``PastLength``)."""
+    runs, bpc, states, curve, order = [], [], [], [], []
+    for r in doc["runs"]:
+        enc, seed = r["encoding"], r["seed"]
+        runs.append(dict(encoding=enc, seed=seed, steps=r["steps"], test_bpc=r["test_bpc"],
+                         train_minutes=r["train_seconds"] / 60, commit=r["made"]["commit"][:7],
+                         machine=r["made"]["machine"], date=r["made"]["date"][:10]))
+        for n, v in r["bpc"].items():
+            bpc.append(dict(encoding=enc, seed=seed, length=int(n), bpc=v,
+                            sharpened=r["sharpened"].get(n, np.nan)))
+        for n, per in r["scores"].items():
+            for layer, (s, o) in enumerate(zip(per, r["ordered"][n])):
+                states.append(dict(encoding=enc, seed=seed, layer=layer, length=int(n),
+                                   score=s, ordered=o))
+        for i, bits in enumerate(r["position_bits"]):
+            curve.append(dict(encoding=enc, seed=seed,
+                              position=(i + 0.5) * rule.CURVE_BIN, bits=bits))
+        order += [dict(encoding=enc, seed=seed, layer=layer, octave=a, d=d, measured=f)
+                  for layer, a, d, f in r["order"]]
+    return {"runs": pd.DataFrame(runs), "bpc": pd.DataFrame(bpc),
+            "states": pd.DataFrame(states), "curve": pd.DataFrame(curve),
+            "order": pd.DataFrame(order)}
+
+
+def read(folder: Path | None = None) -> PastLength:
+    """The committed study in ``folder`` (default: the book's results), judged where it can
+    be: every encoding the rule compares holds the same ``LENGTH_MIN_SEEDS`` seeds or more."""
+    path = (files.RESULTS_DIR if folder is None else folder) / FILE
+    doc = files.load(path) if path.is_file() else None
+    empty = {k: pd.DataFrame() for k in ("runs", "bpc", "states", "curve", "order")}
+    parts = frames(doc) if doc is not None else empty
+    have = parts["runs"]
+    seeds = {e: sorted(have.loc[have.encoding == e, "seed"]) if len(have) else []
+             for e in rule.LENGTH_ENCODINGS}
+    queue = [(e, s) for s in TEXT_PROFILES["text"].seeds for e in rule.LENGTH_ENCODINGS]
+    todo = [(e, s) for e, s in queue if s not in seeds[e]]
+    tests = explained = None
+    counts = {len(seeds[e]) for e in rule.PAST_ENCODINGS}
+    same = len({tuple(seeds[e]) for e in rule.PAST_ENCODINGS}) == 1
+    if same and min(counts) >= rule.LENGTH_MIN_SEEDS:
+        nope = parts["states"][parts["states"].encoding == "none"]
+        tests = rule.length_claims(parts["bpc"], nope, doc["provenance"]["unigram_bpc"])
+        explained = rule.explains(tests)
+    return PastLength(doc=doc, seeds=seeds, todo=todo, tests=tests, explained=explained,
+                      **parts)
+
+
+def bpc_table(study: PastLength) -> pd.DataFrame:
+    """Bits per character per encoding (rows) and length (columns): the mean over seeds,
+    '± sd (n)' beside it; a length a model cannot read is blank."""
+    if study.bpc.empty:
+        return pd.DataFrame()
+    g = study.bpc.groupby(["encoding", "length"]).bpc
+    cell = (g.mean().round(3).astype(str) + " ± " + g.std(ddof=1).round(3).astype(str)
+            .replace("nan", "–") + " (" + g.size().astype(str) + ")")
+    table = cell.unstack("length").reindex(
+        [e for e in rule.LENGTH_ENCODINGS if e in set(study.bpc.encoding)])
+    return table.rename(index=NAMES).fillna("")
+
+
+def sharpened_table(study: PastLength) -> pd.DataFrame:
+    """NoPE's bits per character per length, plain and with the log-length temperature: the
+    mean over seeds of each and of their difference (plain minus sharpened)."""
+    nope = study.bpc[study.bpc.encoding == "none"] if len(study.bpc) else study.bpc
+    if nope.empty:
+        return pd.DataFrame()
+    nope = nope.assign(gain=nope.bpc - nope.sharpened)
+    return nope.groupby("length")[["bpc", "sharpened", "gain"]].mean().round(3)
+
+
+def resolution_table(study: PastLength, encoding: str = "none") -> pd.DataFrame:
+    """d*(i) per layer and octave of positions for ``encoding``'s trained models (the long-
+    sequences chapter's ``resolution``, the seed as the unit): the distance from which row
+    i ranks its neighbour first ``ORDER_LEVEL`` of the time, as a share of i; NaN: never."""
+    order = study.order
+    if order.empty or encoding not in set(order.encoding):
+        return pd.DataFrame()
+    order = order[order.encoding == encoding].assign(n_embd=0, window=0, predicted=np.nan)
+    res = resolution(order)
+    return res.pivot_table(index="layer", columns="octave", values="d_star / i",
+                           dropna=False).round(3)
+
+
+def curves_figure(study: PastLength) -> go.Figure:
+    """Bits per character by position (bins of ``CURVE_BIN``), the mean over seeds per
+    encoding, the training context marked."""
+    fig = go.Figure()
+    for enc, g in (study.curve.groupby("encoding", sort=False) if len(study.curve) else ()):
+        mean = g.groupby("position").bits.mean()
+        fig.add_trace(go.Scatter(x=mean.index, y=mean.values, name=NAMES[enc],
+                                 line=dict(color=COLOURS[enc])))
+    fig.add_vline(x=rule.LENGTH_CONTEXT, line_dash="dot",
+                  annotation_text="trained context")
+    fig.update_layout(xaxis_title="position (characters)", xaxis_type="log",
+                      yaxis_title="bits per character", height=380,
+                      margin=dict(l=60, r=20, t=30, b=50), legend=dict(orientation="h"))
+    return fig
+
+
+def pattern_figure(study: PastLength, encoding: str = "none") -> go.Figure:
+    """Beside the loss, what the states hold, per length: each layer's adjacency score and
+    the share of rows in [n/2, n) ranking their neighbour above position i - n/2."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(
+        "adjacency score", "rows ranking i - 1 above i - n/2"), horizontal_spacing=0.12)
+    st = study.states[study.states.encoding == encoding] if len(study.states) else None
+    if st is None or st.empty:
+        return fig
+    for layer, g in st.groupby("layer"):
+        m = g.groupby("length")[["score", "ordered"]].mean()
+        for col, field in ((1, "score"), (2, "ordered")):
+            fig.add_trace(go.Scatter(x=m.index, y=m[field], name=f"layer {layer}",
+                                     legendgroup=str(layer), showlegend=col == 1,
+                                     mode="lines+markers"), row=1, col=col)
+    fig.add_hline(y=rule.ORDER_LEVEL, line_dash="dot", row=1, col=2)
+    fig.update_xaxes(type="log", title_text="length (characters)")
+    fig.update_layout(height=360, margin=dict(l=50, r=20, t=40, b=50))
+    return fig
+
+
+def temperature_figure(T: int = max(rule.LENGTH_LENGTHS)) -> go.Figure:
+    """The sharpening check's factor on the queries at each position (``temperature``): 1
+    within the trained context, log(i + 1) / log(256) past it."""
+    t = rule.temperature(T)
+    fig = go.Figure(go.Scatter(x=np.arange(1, T + 1), y=t, name="temperature"))
+    fig.add_vline(x=rule.LENGTH_CONTEXT, line_dash="dot", annotation_text="trained context")
+    fig.update_layout(xaxis_title="position i + 1", xaxis_type="log",
+                      yaxis_title="factor on the logits", height=300,
+                      margin=dict(l=60, r=20, t=30, b=50))
+    return fig

@@ -1,0 +1,89 @@
+"""The page past the training length (nopelib.book.past_length): a study file read, counted,
+judged once every compared encoding holds its seeds, and drawn."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+
+from nopelib.book import past_length as pl
+from nopelib.results import files
+from nopelib.rules import length_claims as rule
+from nopelib.studies import text_length as tl
+
+
+@pytest.fixture(scope="module")
+def one_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One real run of the tiny profile (NoPE, seed 0), read on two windows."""
+    folder = tmp_path_factory.mktemp("length")
+    mp = pytest.MonkeyPatch()
+    rows = tl.held_out(2)
+    mp.setattr(tl, "held_out", lambda n=2: rows)
+    mp.setenv("NOPELIB_CACHE_DIR", str(folder / "cache"))
+    out = folder / "length_text_tiny.json"
+    tl.main(["--profile", "text_tiny", "--encodings", "none", "--seeds", "0", "--out",
+             str(out)])
+    mp.undo()
+    return json.loads(out.read_text())
+
+
+def study_file(one_run: dict, folder, encodings, seeds, rise: dict[str, float]) -> None:
+    """A file of ``one_run`` copied to every (encoding, seed), each encoding's bits rising
+    past 256 by ``rise`` per octave, written where ``read`` looks."""
+    rng = np.random.default_rng(0)
+    doc = {"provenance": one_run["provenance"], "runs": []}
+    for enc in encodings:
+        for seed in seeds:
+            run = copy.deepcopy(one_run["runs"][0])
+            run.update(encoding=enc, seed=seed)
+            run["curve"]["loss"] = [x + rng.uniform(0, 1e-3) for x in run["curve"]["loss"]]
+            for n in run["bpc"]:
+                octaves = np.log2(int(n) / 256)
+                run["bpc"][n] = 2.0 + rise[enc] * octaves + rng.normal(0, 0.01)
+                run["sharpened"][n] = run["bpc"][n] - 0.1 * octaves
+            if enc != "none":
+                run["sharpened"] = {}
+            doc["runs"].append(run)
+    files.write(folder / pl.FILE, doc, "length")
+
+
+def test_an_empty_folder_reads_as_nothing_committed(tmp_path) -> None:
+    study = pl.read(tmp_path)
+    assert study.doc is None and not study.judged
+    assert len(study.todo) == len(rule.LENGTH_ENCODINGS) * 3
+    assert pl.bpc_table(study).empty and pl.resolution_table(study).empty
+    assert len(pl.curves_figure(study).data) == 0 and pl.sharpened_table(study).empty
+
+
+def test_too_few_seeds_are_counted_not_judged(one_run, tmp_path) -> None:
+    study_file(one_run, tmp_path, ("none", "rope"), (0, 1, 2),
+               {"none": 0.3, "rope": 1.5})
+    study = pl.read(tmp_path)
+    assert study.seeds["none"] == [0, 1, 2] and study.seeds["alibi"] == []
+    assert not study.judged and ("alibi", 0) in study.todo and ("none", 0) not in study.todo
+
+
+def test_a_full_study_is_judged_and_drawn(one_run, tmp_path) -> None:
+    study_file(one_run, tmp_path, ("none", "rope", "alibi"), (0, 1, 2),
+               {"none": 0.3, "rope": 1.5, "alibi": 0.05})
+    study = pl.read(tmp_path)
+    assert study.judged
+    rises = study.tests[study.tests.claim == rule.LENGTH_CLAIMS[0][0]]
+    assert set(rises.verdict) == {"holds"}
+    assert set(study.tests.loc[study.tests.claim == rule.LENGTH_CLAIMS[1][0],
+                               "verdict"]) == {"holds"}
+    assert set(study.tests.loc[study.tests.claim == rule.LENGTH_CLAIMS[2][0],
+                               "verdict"]) == {"fails"}
+    assert len(study.explained) == 3
+    table = pl.bpc_table(study)
+    assert list(table.index) == ["NoPE", "RoPE", "ALiBi"]
+    assert table.loc["NoPE", 256].endswith("(3)")
+    assert set(pl.sharpened_table(study).gain.round(2)[lambda s: s.index > 256]) == {
+        0.1, 0.2, 0.3}
+    res = pl.resolution_table(study)
+    assert list(res.index) == list(range(one_run["runs"][0]["scores"]["256"].__len__()))
+    assert len(pl.curves_figure(study).data) == 3
+    assert len(pl.pattern_figure(study).data) == 2 * len(res.index)
