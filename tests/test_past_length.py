@@ -56,6 +56,11 @@ def test_an_empty_folder_reads_as_nothing_committed(tmp_path) -> None:
     assert len(study.todo) == len(rule.LENGTH_ENCODINGS) * 3
     assert pl.bpc_table(study).empty and pl.resolution_table(study).empty
     assert len(pl.curves_figure(study).data) == 0 and pl.sharpened_table(study).empty
+    rows = pl.length_rows(tmp_path)
+    assert len(rows) == len(rule.LENGTH_CLAIMS)
+    assert {r["verdict"] for r in rows} == {"untested"}
+    assert all(r["claim"].startswith("beyond") for r in rows)
+    assert "NoPE 0, RoPE 0, ALiBi 0" in rows[0]["measured"]
 
 
 def test_too_few_seeds_are_counted_not_judged(one_run, tmp_path) -> None:
@@ -87,3 +92,6 @@ def test_a_full_study_is_judged_and_drawn(one_run, tmp_path) -> None:
     assert list(res.index) == list(range(one_run["runs"][0]["scores"]["256"].__len__()))
     assert len(pl.curves_figure(study).data) == 3
     assert len(pl.pattern_figure(study).data) == 2 * len(res.index)
+    rows = {r["reading"]: r["verdict"] for r in pl.length_rows(tmp_path)}
+    assert rows[rule.LENGTH_CLAIMS[0][1]] == "replicates"  # the rise holds at every length
+    assert rows[rule.LENGTH_CLAIMS[2][1]] == "fails"

@@ -146,13 +146,13 @@ def _fake_study(monkeypatch, verdicts: dict[str, list[str]], studied=("paper_stu
         else ({}, list(t))))
     monkeypatch.setattr(score_rows.committed, "stale_tasks",
                         lambda profile, t: [t_ for t_ in t if t_ in stale])
-    monkeypatch.setattr(score_rows.committed, "study_table", lambda docs: None)
-    monkeypatch.setattr(score_rows.committed, "study_accuracy", lambda table, n, **kw: (
+    monkeypatch.setattr(score_rows.trained_tables, "study_table", lambda docs: None)
+    monkeypatch.setattr(score_rows.trained_tables, "study_accuracy", lambda table, n, **kw: (
         pd.DataFrame({"seeds": [held[t] for t in files], "learned": True,
                       "with margin": [t not in no_margin for t in files],
                       "complete": [held[t] >= kw["n_seeds"] for t in files]},
                      index=list(files))))
-    monkeypatch.setattr(score_rows.committed, "trained_verdicts", lambda docs, acc: (None, table))
+    monkeypatch.setattr(score_rows.trained_tables, "trained_verdicts", lambda docs, acc: (None, table))
     return tasks
 
 
@@ -247,6 +247,7 @@ def test_the_scorecard_puts_the_paper_models_rows_first_and_refs_each_reading(mo
     monkeypatch.setattr(scorecard, "beyond_rows", lambda ev, p: [])
     monkeypatch.setattr(scorecard, "long_rows", lambda: [])
     monkeypatch.setattr(scorecard, "text_rows", lambda: [])
+    monkeypatch.setattr(scorecard, "length_rows", lambda: [])
     monkeypatch.setattr(scorecard, "probe_rows", lambda pp, studies: [
         scorecard.make_row(scorecard.SPECS[init_claims.PROBE_TRAINED], score_rows.PROBE_READING, s["model"],
                        None, "group", "e", s["note"] or "stub") for s in studies])

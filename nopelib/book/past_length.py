@@ -17,14 +17,30 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from nopelib.book.score_rows import make_row, model_of
+from nopelib.core import corpus
 from nopelib.results import files
-from nopelib.rules import length_claims as rule
+from nopelib.rules import claims, length_claims as rule
 from nopelib.studies.long_context import resolution
 from nopelib.training.text_lm import TEXT_PROFILES
 
 FILE = "length_text.json"
 COLOURS = {"none": "#1f77b4", "rope": "#d62728", "alibi": "#2ca02c", "learned": "#7f7f7f"}
 NAMES = {"none": "NoPE", "rope": "RoPE", "alibi": "ALiBi", "learned": "learned table"}
+# the readings (length_claims.LENGTH_CLAIMS) as the scorecard states them
+PAPER = (
+    "(not in the paper) Past its training length a NoPE model's loss on text rises, as "
+    "later work on natural text reports.",
+    "(not in the paper) Past it NoPE's loss rises less than RoPE's, as Kazemnejad et al. "
+    "found of length generalisation on synthetic tasks.",
+    "(not in the paper) Past it NoPE's loss rises less than ALiBi's.",
+    "(not in the paper) A temperature on the attention logits growing with log length lowers "
+    "NoPE's loss past its training length, with nothing retrained.",
+    "(not in the paper) The trained NoPE model's layer-1 adjacency pattern reaches past its "
+    "training length.",
+    "(not in the paper) Every layer of the trained NoPE model still ranks its neighbour first "
+    "in the second half of inputs of every length.",
+)
 
 
 @dataclass
@@ -176,3 +192,19 @@ def temperature_figure(T: int = max(rule.LENGTH_LENGTHS)) -> go.Figure:
                       yaxis_title="factor on the logits", height=300,
                       margin=dict(l=60, r=20, t=30, b=50))
     return fig
+
+
+def length_rows(folder: Path | None = None) -> list[dict]:
+    """The scorecard's rows of the readings (one per ``LENGTH_CLAIMS`` entry) on the
+    committed study (``read``): judged once it can be, else untested with the seeds in."""
+    study = read(folder)
+    model = model_of(TEXT_PROFILES["text"].config("none", len(corpus.load().vocab)))
+    table = None if study.tests is None else claims.claim_table(study.tests, by="group")
+    have = ", ".join(f"{NAMES[e]} {len(study.seeds[e])}" for e in rule.PAST_ENCODINGS)
+    note = (f"not judged: {FILE} holds {have} of the {rule.LENGTH_MIN_SEEDS} seeds each "
+            "the rule needs")
+    evidence = f"committed: {FILE}, the text-length study"
+    return [make_row((claim, paper, "past_length", "verdicts"), reading, model,
+                     None if table is None else table[table.reading == reading], "group",
+                     evidence, note)
+            for (claim, reading), paper in zip(rule.LENGTH_CLAIMS, PAPER)]

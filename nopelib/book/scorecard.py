@@ -37,6 +37,7 @@ from html import escape
 import pandas as pd
 
 from nopelib.book.beyond_rows import beyond_rows, long_rows, text_rows
+from nopelib.book.past_length import length_rows
 from nopelib.book import chapters
 from nopelib.book.score_rows import (COLUMNS, INSIDE, OUTSIDE, PAPER_ROWS, PARTLY, SPECS,
                                      TRAINED_PROFILES, VERDICTS, init_rows, make_row,
@@ -98,7 +99,7 @@ def scorecard(profiles: str | Sequence[str] = TRAINED_PROFILES
                          "lengths past the paper's", headline["model"], None, "group",
                          "no trained model on long sequences", "untested on trained models; at "
                          "initialisation see the long-sequence rows below"))
-    rows += beyond_rows(ev, p) + long_rows() + text_rows()
+    rows += beyond_rows(ev, p) + long_rows() + text_rows() + length_rows()
     order = [spec[0] for spec in PAPER_ROWS]
     rows.sort(key=lambda r: order.index(r["claim"]) if r["claim"] in order else len(order))
     refs = _refs(rows)

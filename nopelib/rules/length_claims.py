@@ -46,17 +46,17 @@ WINDOW_SEED = 1  # the test books' windows (the text study's scores read seed 0)
 CURVE_BIN = 32  # positions per point of a per-position bits curve
 
 LENGTH_CLAIMS = (
-    ("past the length: NoPE's loss rises",
+    ("beyond: past the length, NoPE's loss rises",
      f"NoPE: bits per character at n minus at {LENGTH_CONTEXT} above 0"),
-    ("past the length: NoPE degrades less than RoPE",
+    ("beyond: past the length, NoPE degrades less than RoPE",
      f"RoPE's rise from {LENGTH_CONTEXT} to n minus NoPE's above 0, paired by seed"),
-    ("past the length: NoPE degrades less than ALiBi",
+    ("beyond: past the length, NoPE degrades less than ALiBi",
      f"ALiBi's rise from {LENGTH_CONTEXT} to n minus NoPE's above 0, paired by seed"),
-    ("past the length: a log-length temperature helps NoPE",
+    ("beyond: past the length, a log-length temperature helps NoPE",
      "NoPE: bits per character at n minus with the temperature above 0"),
-    ("past the length: the pattern reaches it",
+    ("beyond: past the length, the pattern reaches it",
      f"NoPE: layer 1's adjacency score at n above {ABOVE_CHANCE:g}"),
-    ("past the length: neighbours resolved",
+    ("beyond: past the length, neighbours resolved",
      f"NoPE: rows i in [n/2, n) rank i - 1 above i - n/2 at least {ORDER_LEVEL:g} of the "
      "time, layer by layer"),
 )
