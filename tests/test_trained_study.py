@@ -8,10 +8,12 @@ from dataclasses import replace
 import pytest
 
 import nopelib.studies.trained_study as ts
+from nopelib.studies.probe_study import PROBE_SEEDS
 from nopelib.core.devices import dtype_policy
 from nopelib.core.model import GPTConfig
 from nopelib.rules import claims
-from nopelib.results import files as results, trained_files
+from nopelib.results import (files as results, trained_files, trained_prose,
+                             trained_tables)
 from nopelib.results.manifest import MANIFEST_NAME
 from nopelib.core.tasks import TASKS
 from nopelib.training import profiles, train_profile
@@ -42,7 +44,7 @@ def test_a_tiny_study_writes_a_valid_file_whose_trajectory_the_claims_read(tmp_p
         assert len(run["scores_init"]) == TINY.model.n_layer + 1
         probes = run["probes"]
         assert {r["layer"] for r in probes["rows"]} == set(range(TINY.model.n_layer + 1))
-        assert {r["seed"] for r in probes["rows"]} == set(ts.PROBE_SEEDS)
+        assert {r["seed"] for r in probes["rows"]} == set(PROBE_SEEDS)
         assert {r["layer"] for r in probes["shuffled"]} == {1}
     doc = {"provenance": results.provenance("test", [], 0.0, profile=TINY.name,
                                             training=TINY.record(),
@@ -146,11 +148,11 @@ def test_the_committed_studies_are_valid_and_judged_by_the_fixed_rules():
                                              run["steps"])
                 assert phase.shape == (prof.model.n_layer + 1,), name
     for profile, (prof, study_docs) in by_profile.items():
-        acc = trained_files.study_accuracy(trained_files.study_table(study_docs), prof.n_test,
-                                       n_seeds=len(prof.seeds))
-        judged = trained_files.learned_and_judged(acc)[1]
+        acc = trained_tables.study_accuracy(trained_tables.study_table(study_docs), prof.n_test,
+                                            n_seeds=len(prof.seeds))
+        judged = trained_tables.learned_and_judged(acc)[1]
         if judged:
-            table = trained_files.trained_verdicts(study_docs, acc)[1]
+            table = trained_tables.trained_verdicts(study_docs, acc)[1]
             assert len(table) == len(claims.TRAINED_CLAIMS) * len(judged), profile
             assert set(table.task) == set(judged)
             assert set(table.verdict) <= set(claims.VERDICTS)
@@ -185,7 +187,7 @@ def test_a_study_in_flight_writes_the_seeds_it_has_and_grows_by_seed(tmp_path, m
     assert grown["runs"][1] == first["runs"][0] and grown["provenance"]["seeds"] == [0, 1]
     assert "--seeds 0" in grown["runs"][0]["origin"]["command"]
     assert grown["provenance"]["runs_kept"] == 1
-    where = trained_files.study_provenance(grown)
+    where = trained_prose.study_provenance(grown)
     assert where.count("trained by `") == 2 and "seed 1 trained by" in where
     # a cached-only rewrite keeps both committed runs, each with the invocation that trained it
     ts.main([*argv, "--cached-only"])
@@ -200,7 +202,7 @@ def test_a_study_in_flight_writes_the_seeds_it_has_and_grows_by_seed(tmp_path, m
     assert cached["provenance"]["runs_from_cache"] == 2
     assert [r["origin"]["finished"] for r in cached["runs"]] == [
         r["origin"]["finished"] for r in grown["runs"]]  # when each run finished training
-    where = trained_files.study_provenance(cached)
+    where = trained_prose.study_provenance(cached)
     assert "trained by" not in where and "seeds 0, 1 read from the run cache" in where
 
 

@@ -24,12 +24,12 @@ import torch
 from nopelib.averaging.theory import (embedding_ratio, gram_cosine, layer0_expected_score,
                                       predict_layer1_score, residual_gram, sigma_at_level)
 from nopelib.averaging.theory_config import closed_form_ratio, predict_config_score
-from nopelib.core.metrics import cosine_similarity_matrix
+from nopelib.core.metrics import cosine_similarity_matrix, layer_scores
 from nopelib.core.model import GPTConfig
 from nopelib.core.params import Choice, Float, Int, ListOf
 from nopelib.core.stats import normal_interval, pooled_sd, seed_interval
-from nopelib.core.tasks import TASKS, encode
-from nopelib.averaging.block1 import block1_activations
+from nopelib.core.tasks import TASKS, encode, encode_inputs, sample_inputs
+from nopelib.averaging.block1 import block1_activations, measure_value_scale
 from nopelib.core.one_model import length_tokens, random_model, study_texts
 
 # ---------------------------------------------------------------------------------------------
@@ -307,3 +307,43 @@ CHAPTER_PARAMS = {
                             why="each sigma scores n_texts inputs with excess_seeds models: "
                                 "~4 s per sigma, ~4 min at 64"),
 }
+
+
+# the initial pattern of a trained profile's architecture (the trained chapter)
+INIT_INPUTS = 16  # task inputs per task for the initial-pattern measurement
+
+INIT_SEED = 99  # their seed
+
+VALUE_SCALE_INPUT_SEED = 98  # the reversal input the value scale is measured on
+
+VALUE_SCALE_STD = 0.2  # init std of the model that measures the value scale (sigma^2 >> eps)
+
+
+
+def init_row(name: str, config: GPTConfig, tasks: Sequence[str],
+             seeds: Sequence[int]) -> dict:
+    """The initial pattern of one architecture: its embedding ratio rho, the layer-1 score the
+    averaging theory predicts from it (nothing fitted), and the mean layer-1 score measured on
+    ``INIT_INPUTS`` inputs of every task over the initialisations of ``seeds``."""
+    texts = [t for task in tasks for t in sample_inputs(task, INIT_INPUTS, seed=INIT_SEED)]
+    ids = [encode_inputs([t])[0][0].tolist() for t in texts]
+    probe_idx, _ = encode_inputs(
+        sample_inputs("reversal", 8, seed=VALUE_SCALE_INPUT_SEED)[:1])
+    big = random_model(config, seed=0, init_std=VALUE_SCALE_STD)  # the value scale
+    s_inf = measure_value_scale(big, probe_idx)
+    rho = float(embedding_ratio(config.init_std, s_inf, config.n_embd))
+    measured = np.mean([layer_scores(random_model(config, seed=s), texts)[:, 1].mean()
+                        for s in seeds])
+    predicted = predict_layer1_score(ids, config.init_std, s_inf, config.n_embd)
+    return dict(model=name, layers=config.n_layer, width=config.n_embd,
+                sigma_e=config.init_std, rho=rho, predicted=predicted,
+                measured=measured)
+
+
+
+def initial_pattern(configs: Mapping[str, GPTConfig], tasks: Sequence[str],
+                    seeds: Sequence[int]) -> pd.DataFrame:
+    """``init_row`` of every named architecture in ``configs``: one row per model (the index),
+    columns layers, width, sigma_e, rho, predicted, measured."""
+    return pd.DataFrame([init_row(name, config, tasks, seeds)
+                         for name, config in configs.items()]).set_index("model")

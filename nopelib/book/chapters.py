@@ -30,7 +30,8 @@ from nopelib.core.tasks import TASKS
 from nopelib.rules import beyond_claims as bc, claims as tc, init_claims as ic
 from nopelib.store.memo import memo
 from nopelib.core import analysis as an
-from nopelib.studies import early_study, long_context, probe_study, study, text_study
+from nopelib.studies import (early_study, long_context, probe_study, text_study,
+                             trained_study)
 from nopelib.averaging import theory_studies
 from nopelib.training.profiles import PROFILES
 from nopelib.training.text_lm import get_text_profile
@@ -160,7 +161,7 @@ LONG_SEQUENCES = ChapterSpec("long_sequences", long_context.CHAPTER_PARAMS, dict
     level=0.95,  # level of the pointwise seed intervals
 ))
 
-TRAINED = ChapterSpec("trained", study.CHAPTER_PARAMS, dict(
+TRAINED = ChapterSpec("trained", trained_study.CHAPTER_PARAMS, dict(
     profile="study",  # the committed study's profile (nopelib.training.profiles)
     tasks=list(TASKS),  # tasks read from the study
     live_tasks=["reversal"],  # retrained live: does this machine reproduce the study?

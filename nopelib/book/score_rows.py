@@ -18,7 +18,7 @@ from nopelib.core.model import GPTConfig
 from nopelib.core.probe import RidgeConfig
 from nopelib.rules import beyond_claims, claims, init_claims
 from nopelib.core import analysis as an
-from nopelib.results import trained_files as committed
+from nopelib.results import trained_files as committed, trained_tables
 from nopelib.studies.probe_study import (mlp_studies, paired_differences, random_studies,
                                          trained_comparison)
 from nopelib.training.profiles import PROFILES
@@ -254,18 +254,18 @@ def trained_rows(profile: str, tasks: Sequence[str]) -> tuple[list[dict], dict]:
         return [make_row(SPECS[c], r, model, None, "task", f"no committed study of the "
                          f"{profile} profile", note) for c, r in claims.TRAINED_CLAIMS], info
     # a study in flight holds fewer seeds than its profile: a task is judged at all of them
-    acc = committed.study_accuracy(committed.study_table(docs), prof.n_test,
-                                   n_seeds=n_seeds)
-    _, judged = committed.learned_and_judged(acc)
+    acc = trained_tables.study_accuracy(trained_tables.study_table(docs), prof.n_test,
+                                        n_seeds=n_seeds)
+    _, judged = trained_tables.learned_and_judged(acc)
     # a task still training, or stale, is "cannot tell" until it is in; one that is in but
     # not learned with margin is not judged (the rule), and the note names it
-    standing = committed.task_standing(acc, tasks, n_seeds,
-                                       committed.stale_tasks(profile, tasks))
+    standing = trained_tables.task_standing(acc, tasks, n_seeds,
+                                            committed.stale_tasks(profile, tasks))
     in_flight = [f"{t} ({why})" for t, why in standing.items()
                  if why.startswith(("still training", "stale"))]
     left = [f"{t} ({why})" for t, why in standing.items() if why.startswith("not learned")]
     note = f"; not judged: {', '.join(left)}" if left else ""
-    verdicts = committed.trained_verdicts(docs, acc)[1] if judged else None
+    verdicts = trained_tables.trained_verdicts(docs, acc)[1] if judged else None
     untested = (f"no task judged yet: {', '.join(in_flight)}"
                 if in_flight else "no trained task learned with margin")
     info.update(judged=judged, in_flight=in_flight, note=untested)

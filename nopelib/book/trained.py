@@ -15,8 +15,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from nopelib.results import trained_files as committed
-from nopelib.studies import study
+from nopelib.results import trained_files as committed, trained_prose, trained_tables
 from nopelib.training.profiles import PROFILES
 from nopelib.training.train_profile import TrainProfile
 
@@ -51,24 +50,24 @@ class TrainedStudy:
 
 def read_study(profile: str, tasks: Sequence[str], exploratory: bool = True) -> TrainedStudy:
     """The committed study of ``profile`` on ``tasks``, read and judged by the claims' rules
-    (``trained_files.trained_verdicts``). With ``exploratory`` a study with no judged task is
+    (``trained_tables.trained_verdicts``). With ``exploratory`` a study with no judged task is
     judged on its learned tasks, marked exploratory; without it (a study still in flight)
     it has no verdicts until a task is judged."""
     prof = PROFILES[profile]
     docs, untested = committed.load_study(profile, tasks)
     stale = committed.stale_tasks(profile, tasks)
-    baselines = study.majority_shares(prof, tasks, prof.seeds)
+    baselines = trained_tables.majority_shares(prof, tasks, prof.seeds)
     runs = acc = tests = verdicts = None
     learned, judged = [], []
     if docs:
-        runs = committed.study_table(docs)
-        acc = committed.study_accuracy(runs, prof.n_test, baselines,
-                                       n_seeds=len(prof.seeds))
-        learned, judged = committed.learned_and_judged(acc)
+        runs = trained_tables.study_table(docs)
+        acc = trained_tables.study_accuracy(runs, prof.n_test, baselines,
+                                            n_seeds=len(prof.seeds))
+        learned, judged = trained_tables.learned_and_judged(acc)
         if judged or (exploratory and learned):
-            tests, verdicts = committed.trained_verdicts(docs, acc)
+            tests, verdicts = trained_tables.trained_verdicts(docs, acc)
             verdicts = verdicts.assign(paper="holds")
-    standing = committed.task_standing(acc, tasks, len(prof.seeds), stale)
+    standing = trained_tables.task_standing(acc, tasks, len(prof.seeds), stale)
     return TrainedStudy(profile, prof, docs, untested, stale,
                         committed.seeds_in(docs, tasks), runs, baselines, acc, learned,
                         judged, tests, verdicts, standing)
@@ -79,7 +78,7 @@ def where_each_task_is(s: TrainedStudy, tasks: Sequence[str]) -> pd.DataFrame:
     (or that it is stale, or not trained yet)."""
     rows = []
     for task in tasks:
-        where = (committed.study_provenance(s.docs[task]) if task in s.docs
+        where = (trained_prose.study_provenance(s.docs[task]) if task in s.docs
                  else "stale, not read (trained under an earlier version of the profile)"
                  if task in s.stale else "not trained yet")
         rows.append({"task": task, "seeds in": f"{s.held[task]} of {len(s.prof.seeds)}",
@@ -121,6 +120,6 @@ def campaign_table(ledger: Mapping, s: TrainedStudy) -> pd.DataFrame:
 def model_dependence(a: TrainedStudy, b: TrainedStudy,
                      tasks: Sequence[str]) -> pd.DataFrame:
     """Per reading and task, whether its verdict differs between the two models
-    (``trained_files.model_dependence``), each model's column its verdict or its reason."""
-    return committed.model_dependence({a.name(): a.verdicts, b.name(): b.verdicts}, tasks,
-                                      {a.name(): a.standing, b.name(): b.standing})
+    (``trained_prose.model_dependence``), each model's column its verdict or its reason."""
+    return trained_prose.model_dependence({a.name(): a.verdicts, b.name(): b.verdicts}, tasks,
+                                          {a.name(): a.standing, b.name(): b.standing})

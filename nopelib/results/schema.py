@@ -235,7 +235,7 @@ TRAINED_RUN_LATER: dict[str, Rule] = {
 # a probe's NRMSE (metrics.nrmse: RMSE over the target's spread): 1 is predicting the mean, the
 # committed probes reach 1.45 at most; ten times the mean's error is no fit that was made
 NRMSE: Rule = (number_rule(0.0, 10.0), "a finite NRMSE in [0, 10] (1: the target's mean)")
-# a trained run's position probes (trained_study.probe_record) and one of their rows
+# a trained run's position probes (probe_study.probe_record) and one of their rows
 PROBES: dict[str, Rule] = {
     "w": STEPS, "fit_tokens": STEPS, "n_sequences": STEPS,
     "probe_seeds": SEEDS_FIELD,

@@ -25,6 +25,7 @@ import io
 import json
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -274,6 +275,26 @@ def main(argv: list[str] | None = None) -> None:
     print(f"wrote {out}: {len(rows)} runs ({provenance['trained']} trained) in "
           f"{provenance['wall_seconds']:.1f} s; "
           f"mean exact match {acc:.3f}")
+
+
+# the command that produces each grid's summary, from the repository root
+GRID_COMMANDS = {
+    "paper-base": "python -m nopelib.studies.grid paper-base --device cuda --batched "
+                  "--out book/results/grid_paper-base.json",
+    "paper": "python -m nopelib.studies.grid paper --address auto "
+             "--out book/results/grid_paper.json",
+}
+
+
+
+def grid_caption(name: str, provenance: Mapping, n_runs: int) -> str:
+    """Markdown: a committed grid summary's size and provenance."""
+    return (f"Grid `{name}` (committed): {n_runs} runs, trained by "
+            f"`{provenance['command']}` at commit `{provenance['commit'][:12]}` on "
+            f"{provenance['machine']} (torch {provenance['torch']}, backend "
+            f"{provenance['backend']}, {provenance['wall_seconds'] / 60:.1f} min wall, "
+            f"{provenance['date']}).")
+
 
 
 if __name__ == "__main__":

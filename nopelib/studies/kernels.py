@@ -34,8 +34,10 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
+import pandas as pd
 import torch
 
 from nopelib.core.params import Choice, ListOf, OutPath, check_args
@@ -43,7 +45,7 @@ from nopelib.rules.claims import LEARNED_AT
 from nopelib.store import cache
 from nopelib.results import files as results, guard
 from nopelib.results.trained_files import live_seconds, load_study
-from nopelib.studies.study import reproduction
+from nopelib.results.trained_tables import reproduction
 from nopelib.training.gate import training_time_problem
 from nopelib.training.launch import train_many
 from nopelib.training.profiles import PROFILES
@@ -70,7 +72,7 @@ def summarize(profile: str = LIVE_PROFILE, tasks: tuple[str, ...] = LIVE_TASKS,
               seeds: tuple[int, ...] = LIVE_SEEDS) -> dict:
     """What the trained chapter's live reproduction computes, under this process's kernels:
     per live run its exact match, budget, whether it is learned, whether it is inside the
-    committed study's spread (``study.reproduction``) and the layers outside it."""
+    committed study's spread (``trained_tables.reproduction``) and the layers outside it."""
     runs = train_many([(t, s) for t in tasks for s in seeds], profile)
     docs, _ = load_study(profile, tasks)
     out = {}
@@ -235,6 +237,32 @@ def main(argv: list[str] | None = None) -> int:
                       if args.replace else guard.unwritten(args.record, would, "--record"))
     print(report)
     return 0 if ok else 1
+
+
+def kernel_check(doc: Mapping) -> tuple[str, pd.DataFrame]:
+    """A committed kernel check (``nopelib.studies.kernels --record``): a Markdown caption (where it
+    ran, its kernel sets, and whether the live runs' verdict and their reproduction check agree
+    across the sets) and one row per live run and kernel set."""
+    p = doc["provenance"]
+    table = pd.DataFrame([dict(set=r["set"], kernels=r["capability"], task=r["task"],
+                               seed=r["seed"], accuracy=r["accuracy"], steps=r["steps"],
+                               train_s=r["train_seconds"], learned=r["learned"],
+                               inside=r["inside"],
+                               outside=", ".join(r["outside"]) or "none",
+                               scores_after=" ".join(f"{x:.3f}" for x in r["scores_after"]))
+                          for r in doc["runs"]])
+    by_run = table.groupby(["task", "seed"])
+    learned_same = bool((by_run.learned.nunique() == 1).all())
+    inside_same = bool((by_run.inside.nunique() == 1).all())
+    same, differs = "the same under every set", "**differs between the sets**"
+    sets = "; ".join(f"{name}: {', '.join(f'{k}={v}' for k, v in env.items()) or 'native'}"
+                     for name, env in p["sets"].items())
+    caption = (f"Kernel check (committed): `{p['command']}` at commit `{p['commit'][:12]}` "
+               f"on {p['machine']} ({p['date']}); kernel sets {sets}. Whether each live run "
+               f"learned: {same if learned_same else differs}; whether it lies inside the "
+               f"study's interval: {same if inside_same else differs}.")
+    return caption, table
+
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from nopelib.rules import init_claims
 from nopelib.store.memo import memo
 from nopelib.core.one_model import random_model
 from nopelib.training.profiles import PROFILES, get_profile
+from nopelib.training.runs import TrainedRun
 from nopelib.training.train_profile import TrainProfile
 
 
@@ -368,3 +369,29 @@ def with_interval(ci: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({m: [f"{a:.3f} [{lo:.3f}, {hi:.3f}]"
                              for a, lo, hi in ci[[m, f"{m} lo", f"{m} hi"]].to_numpy()]
                          for m in ("nrmse", "r")}, index=ci.index)
+
+
+# a trained run's probes, as the trained study records them (trained_study.run_record)
+PROBE_W = 4  # the probes' window: features per position (addition's sequences are short)
+PROBE_SEEDS = (0, 1, 2)  # probe seeds (split, random units) per trained model
+PROBE_FIT_TOKENS = 8_000  # probed tokens in each fitting split, the same for every task
+PROBE_COLUMNS = ("layer", "features", "seed", "nrmse", "r")
+
+
+def probe_record(run: TrainedRun, fit_tokens: int = PROBE_FIT_TOKENS,
+                 config: RidgeConfig = RidgeConfig()) -> dict:
+    """The probes chapter's comparison on one trained model: every layer and feature set,
+    each probe seed, on the run's own held-out test sequences; and the shuffled-target control
+    at layer 1 (first probe seed)."""
+    task, seed, model = run.metrics["task"], run.metrics["seed"], run.model
+    args = (task, seed, run.profile, fit_tokens, PROBE_W)
+    table = trained_study(*args, list(PROBE_SEEDS), model, config)
+    control = trained_study(*args, list(PROBE_SEEDS[:1]), model, config, shuffle=True)
+    ids, _ = task_sequences(task, seed, run.profile, fit_tokens, PROBE_W, config)
+
+    def rows(frame: pd.DataFrame) -> list[dict]:
+        return [{k: (v if isinstance(v, str) else float(v) if k in ("nrmse", "r") else int(v))
+                 for k, v in row.items()} for row in frame[list(PROBE_COLUMNS)].to_dict("records")]
+
+    return {"w": PROBE_W, "fit_tokens": fit_tokens, "n_sequences": len(ids),
+            "probe_seeds": list(PROBE_SEEDS), "rows": rows(table), "shuffled": rows(control)}

@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Mapping
 from pathlib import Path
+
+import pandas as pd
 
 from nopelib.core.tasks import TASKS
 from nopelib.results import files as results, guard
@@ -102,6 +105,65 @@ def main(argv: list[str] | None = None) -> None:
     results.write(args.out, result, "recipe",
                   merge=None if args.replace else guard.unwritten(args.out, would))
     print(f"wrote {args.out}: {len(rows)} runs in {result['provenance']['wall_seconds']} s")
+
+
+# the committed recipe studies, read for the trained chapter
+PLATEAU_MARGIN = 0.1  # a curve leaves its plateau this far above the majority-answer share
+
+
+
+def leaves_plateau(run: Mapping, baselines: Mapping[str, float],
+                   margin: float = PLATEAU_MARGIN) -> int | None:
+    """The first step of ``run``'s learning curve whose exact match exceeds its task's
+    majority-answer share (``baselines``; 0 for a task without one) by ``margin``, or None."""
+    floor = baselines.get(run["task"], 0.0) + margin
+    curve = zip(run["curve"]["step"], run["curve"]["accuracy"])
+    hits = [step for step, accuracy in curve if accuracy > floor]
+    return hits[0] if hits else None
+
+
+
+def recipe_budgets(recipe: Mapping, prof: TrainProfile) -> list[str]:
+    """One line per task of a committed recipe study: the training settings its provenance
+    records beside today's profile ``prof``, in examples seen per run (steps x batch), and the
+    study's budget as a multiple of today's."""
+    then = TrainProfile.from_record(recipe["provenance"]["training"])
+    lines = []
+    for task in sorted({r["task"] for r in recipe["runs"]}):
+        was, now = then.for_task(task), prof.for_task(task)
+        seen_then, seen_now = was.steps * was.batch_size, now.steps * now.batch_size
+        ratio = recipe["provenance"]["scale"] * seen_then / seen_now
+        lines.append(f"  {task}: the study's profile then: batch {was.batch_size}, "
+                     f"lr {was.lr}, "
+                     f"{seen_then:,} examples per run; today's {prof.name} profile: "
+                     f"batch {now.batch_size}, lr {now.lr}, {seen_now:,} examples per run "
+                     f"(the study saw {ratio:.1f} x today's budget)")
+    return lines
+
+
+
+def recipe_table(studies: Mapping[str, Mapping],
+                 baselines: Mapping[str, float]) -> pd.DataFrame:
+    """Every run of the committed recipe studies (``results.load_all("recipe")``), one row
+    each, without its curve and with the step where it leaves its plateau
+    (``leaves_plateau_at``)."""
+    return pd.DataFrame([{"file": name, **{k: v for k, v in r.items() if k != "curve"},
+                          "leaves_plateau_at": leaves_plateau(r, baselines)}
+                         for name, recipe in studies.items() for r in recipe["runs"]])
+
+
+
+def recipe_summary(recipe_runs: pd.DataFrame, baselines: Mapping[str, float]) -> str:
+    """Markdown: one item per (task, seed) of ``recipe_table``, NoPE's final exact match
+    beside the learned position embedding's and the majority-answer share."""
+    final = recipe_runs.pivot_table(index=["task", "seed"], columns="pos_encoding",
+                                    values=["accuracy", "steps"])
+    return "\n".join(
+        f"- **{task}**, seed {seed}, {int(row[('steps', 'none')]):,} steps: "
+        f"NoPE {row[('accuracy', 'none')]:.3f}, learned position "
+        f"{row[('accuracy', 'learned')]:.3f} exact match "
+        f"(majority answer {baselines.get(task, float('nan')):.3f})"
+        for (task, seed), row in final.iterrows())
 
 
 if __name__ == "__main__":

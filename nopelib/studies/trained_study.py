@@ -8,7 +8,7 @@ the level, then decays over a fixed share more steps), so every seed ends well p
 where it left its plateau, whatever CPU's kernels it ran on. Every curve point records the
 run's exact match and the adjacency score of every layer on fixed task inputs: the trajectory,
 on which "keeps" and "weakens" are read. The command also runs the position probes of the
-probes chapter on every trained model (``probe_record``), so that chapter's trained section
+probes chapter on every trained model (``probe_study.probe_record``), so that chapter's trained section
 reads the study's models with the model as the unit.
 
 It trains longer than a chapter may, so it runs by hand, one file per task, with one command::
@@ -45,18 +45,17 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import pandas as pd
 import torch
 
 from nopelib.core.devices import resolve_device
-from nopelib.core.probe import RidgeConfig
+from nopelib.core.params import SEED, Choice, Device, ListOf
 from nopelib.core.tasks import TASKS, get_task
 from nopelib.rules import claims
 from nopelib.store.cache import resolve_cache_dir
 from nopelib.results import files as results, guard
 from nopelib.results.trained_files import live_seconds, task_profile
 from nopelib.core.one_model import longest_input, similarity_matrices
-from nopelib.studies.probe_study import task_sequences, trained_study
+from nopelib.studies.probe_study import PROBE_FIT_TOKENS, probe_record
 from nopelib.training.launch import train_many
 from nopelib.training.profiles import PROFILES, get_profile
 from nopelib.training.run_entry import load_run
@@ -65,29 +64,20 @@ from nopelib.training.train import TRAJECTORY_SEED
 from nopelib.training.train_profile import TrainProfile, check_seed
 
 
-PROBE_W = 4  # the probes' window: features per position (addition's sequences are short)
-PROBE_SEEDS = (0, 1, 2)  # probe seeds (split, random units) per trained model
-PROBE_FIT_TOKENS = 8_000  # probed tokens in each fitting split, the same for every task
-PROBE_COLUMNS = ("layer", "features", "seed", "nrmse", "r")
-
-
-def probe_record(run: TrainedRun, fit_tokens: int = PROBE_FIT_TOKENS,
-                 config: RidgeConfig = RidgeConfig()) -> dict:
-    """The probes chapter's comparison on one trained model: every layer and feature set,
-    each probe seed, on the run's own held-out test sequences; and the shuffled-target control
-    at layer 1 (first probe seed)."""
-    task, seed, model = run.metrics["task"], run.metrics["seed"], run.model
-    args = (task, seed, run.profile, fit_tokens, PROBE_W)
-    table = trained_study(*args, list(PROBE_SEEDS), model, config)
-    control = trained_study(*args, list(PROBE_SEEDS[:1]), model, config, shuffle=True)
-    ids, _ = task_sequences(task, seed, run.profile, fit_tokens, PROBE_W, config)
-
-    def rows(frame: pd.DataFrame) -> list[dict]:
-        return [{k: (v if isinstance(v, str) else float(v) if k in ("nrmse", "r") else int(v))
-                 for k, v in row.items()} for row in frame[list(PROBE_COLUMNS)].to_dict("records")]
-
-    return {"w": PROBE_W, "fit_tokens": fit_tokens, "n_sequences": len(ids),
-            "probe_seeds": list(PROBE_SEEDS), "rows": rows(table), "shuffled": rows(control)}
+# The rules of the trained chapter's parameters (its spec: ``nopelib.book.chapters``). Upper
+# bounds: rough costs on the 2-core development machine, far above the defaults; the reason is
+# in each message.
+CHAPTER_PARAMS = {
+    "profile": Choice(PROFILES),
+    "tasks": ListOf(Choice(TASKS), unique=True),
+    "live_tasks": ListOf(Choice(TASKS), unique=True).where(
+        lambda ts, p: set(ts) <= set(p["tasks"]), "tasks read from the study"),
+    "live_seeds": ListOf(SEED, unique=True, max_len=20,
+                         why="each seed retrains one run per live task, up to ~35 min on one "
+                             "core for the study profile"),
+    "heatmap_task": Choice(TASKS).where(lambda t, p: t in p["live_tasks"], "one of live_tasks"),
+    "device": Device(),
+}
 
 
 MATRIX_DECIMALS = 4  # the stored similarity matrices: enough for a heatmap, a small file
