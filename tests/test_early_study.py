@@ -120,7 +120,7 @@ def test_a_file_from_other_cpu_kernels_is_refused_before_training(tiny_study, ca
 def test_a_task_s_runs_share_one_precision_and_a_file_says_which(tiny_study, capsys,
                                                                   monkeypatch):
     # the profile asks bf16; no committed check cleared a task of it, so its runs train
-    # in float32 (trained_files.task_profile) and say so, while the file's record asks bf16
+    # in float32 (task_precision.task_profile) and say so, while the file's record asks bf16
     monkeypatch.setitem(profiles.PROFILES, "study", replace(TINY, precision="bfloat16"))
     argv = ["--tasks", "addition", "--ablations", "none", "--out", str(tiny_study)]
     early_study.main([*argv, "--seeds", "0"])

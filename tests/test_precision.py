@@ -72,13 +72,13 @@ def test_each_committed_check_is_named_by_its_profile_and_tasks():
 
 
 def test_check_profiles_cap_the_steps_and_differ_only_in_precision():
-    profs = precision.check_profiles("paper_study", 300)
+    profs = precision.check_profiles(profiles.PROFILES["paper_study"], 300)
     fp, bf = profs["float32"], profs["bfloat16"]
     assert fp.steps == bf.steps == 300 and (fp.precision, bf.precision) == train_profile.PRECISIONS
     assert replace(bf, name=fp.name, precision="float32") == fp
     assert fp.curve_dense_every == 25 and fp.stop_at == profiles.PROFILES["paper_study"].stop_at
     with pytest.raises(ValueError, match="steps=0"):
-        precision.check_profiles("paper_study", 0)
+        precision.check_profiles(profiles.PROFILES["paper_study"], 0)
 
 
 def test_a_bad_precision_is_refused_and_recorded_only_when_set():

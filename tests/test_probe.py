@@ -285,7 +285,7 @@ def test_task_sequences_are_held_out_examples_giving_the_fitting_tokens():
     fit_frac = (1 - config.test_frac) * (1 - config.val_frac)
     counts = {}
     for task in ("addition", "reversal"):
-        ids, lengths = task_sequences(task, 0, "cpu", 500, w, config)
+        ids, lengths = task_sequences(task, 0, PROFILES["cpu"], 500, w, config)
         n = len(ids)
         test = make_split(task, 0, n_train=prof.n_train, n_test=prof.n_test).test[:n]
         assert lengths.shape == (n,)
@@ -297,7 +297,7 @@ def test_task_sequences_are_held_out_examples_giving_the_fitting_tokens():
         counts[task] = n
     assert counts["addition"] > counts["reversal"]  # shorter sequences, more of them
     with pytest.raises(ValueError, match="fit_tokens=0"):
-        task_sequences("addition", 0, "cpu", 0, w, config)
+        task_sequences("addition", 0, PROFILES["cpu"], 0, w, config)
 
 
 def _table(d_nrmse: list[float], d_r: list[float]) -> "pd.DataFrame":
@@ -365,13 +365,13 @@ def test_random_study_is_the_model_probed_with_its_control():
 def test_trained_study_reads_the_task_sequences():
     model = random_model(seed=0, **TINY)
     config = RidgeConfig(n_random=16)
-    table = trained_study("reversal", 0, "cpu", 600, 2, [0, 1], model, config)
+    table = trained_study("reversal", 0, PROFILES["cpu"], 600, 2, [0, 1], model, config)
     assert set(table.layer) == set(range(TINY["n_layer"] + 1)) and set(table.seed) == {0, 1}
-    ids, lengths = task_sequences("reversal", 0, "cpu", 600, 2, config)
+    ids, lengths = task_sequences("reversal", 0, PROFILES["cpu"], 600, 2, config)
     alone = probe_model(model, ids, [2], seeds=[0, 1], config=config, lengths=lengths)
     np.testing.assert_allclose(table[["nrmse", "r"]].to_numpy(),
                                alone[["nrmse", "r"]].to_numpy())
-    control = trained_study("reversal", 0, "cpu", 600, 2, [0], model, config, shuffle=True)
+    control = trained_study("reversal", 0, PROFILES["cpu"], 600, 2, [0], model, config, shuffle=True)
     assert set(control.layer) == {1} and len(control) == len(FEATURE_SETS)
 
 

@@ -16,7 +16,7 @@ from nopelib.results import (files as results, trained_files, trained_prose,
                              trained_tables)
 from nopelib.results.manifest import MANIFEST_NAME
 from nopelib.core.tasks import TASKS
-from nopelib.training import profiles, train_profile
+from nopelib.training import profiles, task_precision, train_profile
 from nopelib.training.runs import run_key
 
 TINY = replace(
@@ -63,6 +63,15 @@ def test_a_tiny_study_writes_a_valid_file_whose_trajectory_the_claims_read(tmp_p
             "how": "run cache", "finished": first["origin"]["finished"]}
 
 
+def test_the_declared_bf16_tasks_are_those_the_committed_checks_cleared():
+    # each task's precision is declared in the code (task_precision.BF16_TASKS), not read from
+    # the committed files when a run trains: this is where the two are held together
+    asks_bf16 = [name for name, p in profiles.PROFILES.items() if p.precision == "bfloat16"]
+    assert asks_bf16 and set(task_precision.BF16_TASKS) == set(asks_bf16)
+    for name in asks_bf16:
+        assert task_precision.BF16_TASKS[name] == trained_files.bf16_cleared(name), name
+
+
 def test_bf16_trains_only_the_tasks_every_committed_check_found_unchanged():
     # the rule's "changes" keeps float32: a task trains in bf16 only where a check ran it and
     # found every quantity unchanged (on the paper's model, addition's layer scores moved)
@@ -74,16 +83,17 @@ def test_bf16_trains_only_the_tasks_every_committed_check_found_unchanged():
     prof = profiles.PROFILES["paper_study"]
     for task in TASKS:
         for p in (prof, prof.batched()):
-            assert trained_files.task_profile(p, task).precision == (
+            assert task_precision.task_profile(p, task).precision == (
                 "bfloat16" if task in cleared else "float32")
-            assert replace(trained_files.task_profile(p, task), precision=p.precision) == p
-    assert trained_files.task_profile(TINY, "addition") is TINY  # a float32 profile as it is
+            assert replace(task_precision.task_profile(p, task), precision=p.precision) == p
+    assert task_precision.task_profile(TINY, "addition") is TINY  # a float32 profile as it is
 
 
 def test_a_study_trains_a_task_no_check_cleared_in_float32(tmp_path, monkeypatch):
     asks_bf16 = replace(TINY, name="tiny-bf16", precision="bfloat16")
     monkeypatch.setitem(profiles.PROFILES, asks_bf16.name, asks_bf16)
     assert trained_files.bf16_cleared(asks_bf16.name) == frozenset()
+    assert asks_bf16.name not in task_precision.BF16_TASKS
     by_task, _ = ts.run_study(asks_bf16, ["ordering"], [0], device="cpu", workers=1,
                               probe_fit_tokens=100)
     run = by_task["ordering"][0]
@@ -93,7 +103,7 @@ def test_a_study_trains_a_task_no_check_cleared_in_float32(tmp_path, monkeypatch
     cached = ts.cached_runs(asks_bf16, ["ordering"], [0], device="cpu")
     assert cached["ordering", 0].metrics["key"] == run["key"]
     # on a GPU too: the task's profile trains it in float32 there (CUDA follows the profile)
-    assert dtype_policy("cuda", trained_files.task_profile(asks_bf16, "ordering").precision) == (
+    assert dtype_policy("cuda", task_precision.task_profile(asks_bf16, "ordering").precision) == (
         "float32")
 
 

@@ -19,9 +19,9 @@ import torch
 
 from nopelib.core.devices import dtype_policy
 from nopelib.results import files as results, guard
-from nopelib.results.trained_files import task_profile
 from nopelib.results.kinds import run_policy
 from nopelib.training.profiles import get_profile
+from nopelib.training.task_precision import task_profile
 
 Job = tuple[str, int, str, tuple[str, ...]]  # task, seed, study profile, parts held
 

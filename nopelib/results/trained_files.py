@@ -4,8 +4,9 @@ A profile's study is one file per task (``book/results/trained_<profile>_<task>.
 by ``nopelib.studies.trained_study``); a file trained under an earlier version of the profile
 is stale and never read as today's study. Here: where a file is, which are today's
 (``load_study``, ``stale_tasks``), how far a study in flight is (``seeds_in``, ``progress``), how
-long a live run of it takes (``live_seconds``), and the precision each task trains in
-(``task_profile``, from the committed precision checks: ``bf16_cleared``). Its tables are
+long a live run of it takes (``live_seconds``), and the tasks the committed precision checks
+cleared for bf16 (``bf16_cleared``, which ``training.task_precision.BF16_TASKS`` must match).
+Its tables are
 ``trained_tables``', its words ``trained_prose``'.
 """
 
@@ -13,12 +14,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 
 from nopelib.results import files as results
 from nopelib.training.profiles import PROFILES
-from nopelib.training.train_profile import TrainProfile
 
 
 def study_path(profile: str, task: str) -> Path:
@@ -51,7 +50,7 @@ def bf16_cleared(profile: str, folder: Path | None = None) -> frozenset[str]:
     precision check of this profile (``nopelib.studies.precision``, its record equal to
     today's but for the precision itself) ran, with "no change" on every quantity in every
     check that ran them. A task no check ran, or one a check found changed, trains in float32
-    (``trained_study.task_profile``): the rule's "changes" keeps float32."""
+    (``task_precision.task_profile``): the rule's "changes" keeps float32."""
     today = {k: v for k, v in json.loads(json.dumps(PROFILES[profile].record())).items()
              if k != "precision"}
     ran, changed = set(), set()
@@ -64,17 +63,6 @@ def bf16_cleared(profile: str, folder: Path | None = None) -> frozenset[str]:
             if row["verdict"] != "no change":
                 changed.add(row["task"])
     return frozenset(ran - changed)
-
-
-def task_profile(profile: TrainProfile, task: str) -> TrainProfile:
-    """The profile ``task``'s runs train under: ``profile``, in float32 where it asks for
-    bf16 autocast and no committed precision check cleared the task (``bf16_cleared``): the
-    trained and the early study train a task alike. A run's key holds the profile it ran."""
-    base = profile.name.removesuffix("+batched")
-    if profile.precision == "bfloat16" and (base not in PROFILES
-                                            or task not in bf16_cleared(base)):
-        return replace(profile, precision="float32")
-    return profile
 
 
 def stale_tasks(profile: str, tasks: Sequence[str]) -> list[str]:

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from nopelib.rules import claims
-from nopelib.results.trained_files import task_profile
+from nopelib.training.task_precision import task_profile
 from nopelib.training.train_profile import TrainProfile
 
 

@@ -48,9 +48,9 @@ import torch
 from nopelib.core.tasks import TASKS
 from nopelib.store.cache import resolve_cache_dir
 from nopelib.results import files as results
-from nopelib.results.trained_files import task_profile
 from nopelib.training.profiles import get_profile
 from nopelib.training.runs import run_key
+from nopelib.training.task_precision import task_profile
 
 PROFILE = "paper_study"
 # the runs the study still needs, in the order the scorecard needs them: three seeds of each

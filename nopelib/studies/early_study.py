@@ -65,13 +65,13 @@ from nopelib.store.checkpoint import RunCheckpoints
 from nopelib.store.memo import is_cached, memo
 from nopelib.store.memo_key import call_key
 from nopelib.results import files as results, guard
-from nopelib.results.trained_files import task_profile
 from nopelib.results.early_kept import kept_runs
 from nopelib.results.schema import EARLY_FULL_PREFIX
 from nopelib.core.one_model import random_model
 from nopelib.training.gate import training_time_problem
 from nopelib.training.profiles import PROFILES, get_profile
 from nopelib.training.runs import run_key, score
+from nopelib.training.task_precision import task_profile
 from nopelib.training.train import TRAJECTORY_SEED, train
 from nopelib.training.train_profile import TrainProfile, check_seed
 

@@ -73,7 +73,7 @@ def summarize(profile: str = LIVE_PROFILE, tasks: tuple[str, ...] = LIVE_TASKS,
     """What the trained chapter's live reproduction computes, under this process's kernels:
     per live run its exact match, budget, whether it is learned, whether it is inside the
     committed study's spread (``trained_tables.reproduction``) and the layers outside it."""
-    runs = train_many([(t, s) for t in tasks for s in seeds], profile)
+    runs = train_many([(t, s) for t in tasks for s in seeds], PROFILES[profile])
     docs, _ = load_study(profile, tasks)
     out = {}
     for (task, seed), run in runs.items():

@@ -48,10 +48,9 @@ from nopelib.training.profiles import PROFILES, get_profile
 from nopelib.training.train_profile import PRECISIONS, TrainProfile
 
 MAX_SEEDS = 20  # a bound on --seeds: each seed adds a float32 and a bf16 run per task
-def check_profiles(profile: str | TrainProfile, steps: int) -> dict[str, TrainProfile]:
+def check_profiles(prof: TrainProfile, steps: int) -> dict[str, TrainProfile]:
     """The profile's first ``steps`` steps under each precision (its budget rule unchanged,
     capped), named apart from the study's own runs."""
-    prof = get_profile(profile)
     if type(steps) is not int or not max(1, prof.warmup_steps) <= steps <= prof.steps:
         raise ValueError(f"steps={steps!r} must be an integer in [{max(1, prof.warmup_steps)} "
                          f"(the warm-up), {prof.steps}]")

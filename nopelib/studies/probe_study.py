@@ -32,7 +32,7 @@ from nopelib.core.tasks import CHARS, TASKS, encode_batch, make_split
 from nopelib.rules import init_claims
 from nopelib.store.memo import memo
 from nopelib.core.one_model import random_model
-from nopelib.training.profiles import PROFILES, get_profile
+from nopelib.training.profiles import PROFILES
 from nopelib.training.runs import TrainedRun
 from nopelib.training.train_profile import TrainProfile
 
@@ -51,14 +51,13 @@ def sequences_for(n_tokens: int, T: int, w: int, config: RidgeConfig | ProbeConf
     return int(np.ceil(n_tokens / (fit_frac * len(window_positions(T, w))))) + 2
 
 
-def task_sequences(task: str, seed: int, profile: str | TrainProfile, fit_tokens: int, w: int,
+def task_sequences(task: str, seed: int, prof: TrainProfile, fit_tokens: int, w: int,
                    config: RidgeConfig | ProbeConfig) -> tuple[torch.Tensor, np.ndarray]:
     """The first test examples of a trained run as the model saw sequences in training (input,
     answer; teacher forcing), as many as give ``fit_tokens`` probed tokens (positions w..)
     to the fit split on average, whatever the task's lengths: right-padded ids [n, T] and real
     lengths [n]. These are held out from training but in distribution: format, lengths and
     tokens of the task."""
-    prof = get_profile(profile)
     if not _is_count(fit_tokens):
         raise ValueError(f"fit_tokens={fit_tokens!r} must be a positive integer")
     test = make_split(task, seed, n_train=prof.n_train, n_test=prof.n_test).test
@@ -325,14 +324,14 @@ def trained_comparison(docs: Mapping[str, Mapping], tasks: Sequence[str],
     return compare_trained(committed_probes(docs, tasks), subtract_format)
 
 
-def trained_study(task: str, seed: int, profile: str | TrainProfile, fit_tokens: int, w: int,
+def trained_study(task: str, seed: int, prof: TrainProfile, fit_tokens: int, w: int,
                   probe_seeds: list[int], model: GPT, config: RidgeConfig,
                   shuffle: bool = False) -> pd.DataFrame:
-    """Probe table of one trained model (the run of ``task`` and ``seed`` under ``profile``)
+    """Probe table of one trained model (the run of ``task`` and ``seed`` under ``prof``)
     on its own held-out test sequences (``task_sequences``: the same number of fitting tokens
     for every task), window ``w``, every layer and feature set, one fit per probe seed; with
     ``shuffle``, the shuffled-target control at layer 1 instead."""
-    ids, lengths = task_sequences(task, seed, profile, fit_tokens, w, config)  # [n, T], [n]
+    ids, lengths = task_sequences(task, seed, prof, fit_tokens, w, config)  # [n, T], [n]
     return probe_model(model, ids, [w], seeds=probe_seeds, config=config,
                        lengths=lengths, layers=[1] if shuffle else None,
                        shuffle_targets=shuffle)

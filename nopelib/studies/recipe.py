@@ -33,13 +33,12 @@ from nopelib.training.train_profile import RECIPE_ENCODINGS, TrainProfile
 MAX_SEEDS = 20  # a bound on --seeds: each seed adds a NoPE and a learned-position run per task
 
 
-def run_study(profile: str | TrainProfile, tasks: list[str], seeds: list[int], scale: int,
+def run_study(base: TrainProfile, tasks: list[str], seeds: list[int], scale: int,
               device: str = "auto") -> list[dict]:
     """Train (or load) every (task, seed, position encoding) and return one row per run.
 
     The runs of both encodings share one pool of workers (``train_missing``), the costliest
     first, so no core waits for one encoding to finish before the other starts."""
-    base = get_profile(profile)
     profiles = {pe: base.scaled(scale, pe) for pe in RECIPE_ENCODINGS}
     train_missing([(t, s, prof) for prof in profiles.values() for t in tasks for s in seeds],
                   device=device)

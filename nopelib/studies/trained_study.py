@@ -53,13 +53,14 @@ from nopelib.core.tasks import TASKS, get_task
 from nopelib.rules import claims
 from nopelib.store.cache import resolve_cache_dir
 from nopelib.results import files as results, guard
-from nopelib.results.trained_files import live_seconds, task_profile
+from nopelib.results.trained_files import live_seconds
 from nopelib.core.one_model import longest_input, similarity_matrices
 from nopelib.studies.probe_study import PROBE_FIT_TOKENS, probe_record
 from nopelib.training.launch import train_many
 from nopelib.training.profiles import PROFILES, get_profile
 from nopelib.training.run_entry import load_run
 from nopelib.training.runs import TrainedRun, run_key
+from nopelib.training.task_precision import task_profile
 from nopelib.training.train import TRAJECTORY_SEED
 from nopelib.training.train_profile import TrainProfile, check_seed
 
@@ -152,17 +153,16 @@ def train_study_runs(profile: str | TrainProfile, tasks: Sequence[str], seeds: S
     return runs
 
 
-def run_study(profile: str | TrainProfile, tasks: Sequence[str], seeds: Sequence[int],
+def run_study(prof: TrainProfile, tasks: Sequence[str], seeds: Sequence[int],
               device: str = "auto", workers: int | None = None,
               probe_fit_tokens: int = PROBE_FIT_TOKENS, cached_only: bool = False,
               backend: str = "local") -> tuple[dict[str, list[dict]], dict[str, int]]:
-    """Train (or load) every (task, seed) of ``profile`` on ``backend`` (``local``: one
+    """Train (or load) every (task, seed) of the profile ``prof`` on ``backend`` (``local``: one
     pool, or ``batched``: each task's seeds as one batched model, keyed and recorded under the
     profile's ``batched()`` twin); per task, the run records (``run_record``, with probes
     fitted on ``probe_fit_tokens`` tokens), and how many of them came from the cache.
     ``cached_only``: train nothing, record the runs the cache holds (a task with none is left
     out)."""
-    prof = get_profile(profile)
     if backend == "batched":
         prof = prof.batched()
     for task in tasks:

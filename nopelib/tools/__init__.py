@@ -1,1 +1,1 @@
-"""Measuring the code itself: the benchmark and the CPU-kernel check."""
+"""Measuring the code itself: the benchmark."""

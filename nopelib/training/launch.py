@@ -39,7 +39,6 @@ from nopelib.core.devices import resolve_device
 from nopelib.core.tasks import MAX_SEQ_LEN, TASKS, get_task
 from nopelib.store.cache import resolve_cache_dir
 from nopelib.store.checkpoint import RunCheckpoints, seconds_between
-from nopelib.training.profiles import get_profile
 from nopelib.training.run_entry import load_run
 from nopelib.training.runs import (Job, TrainedRun, find_missing, prepare_runs_dir, run_key,
                                    run_write_bytes, train_or_load)
@@ -196,7 +195,7 @@ def train_missing(
 
 def train_many(
     runs: list[tuple[str, int]],
-    profile: str | TrainProfile = "cpu",
+    prof: TrainProfile,
     device: str = "auto",
     cache_dir: str | Path | None = None,
     workers: int | None = None,
@@ -204,12 +203,11 @@ def train_many(
     address: str | None = None,
     gpu_fraction: float | None = None,
 ) -> dict[tuple[str, int], TrainedRun]:
-    """Every (task, seed) of ``profile`` as a TrainedRun: the missing ones trained by
+    """Every (task, seed) of the profile ``prof`` as a TrainedRun: the missing ones trained by
     ``train_missing`` on ``backend``, then each loaded from the cache (``from_cache`` says
     whether it was there before the call). A (task, seed) listed twice is trained once. On the
     CPU the local backend trains one run per worker process, each on one thread, so the
     results are identical to training them one by one."""
-    prof = get_profile(profile)  # resolved once, here; passed on as the object
     runs = list(dict.fromkeys((t, s) for t, s in runs))  # duplicates train once; order kept
     root = resolve_cache_dir(cache_dir) / "runs"
     jobs = train_missing([(t, s, prof) for t, s in runs], device, cache_dir, workers, backend,
