@@ -1,4 +1,9 @@
-"""Fixtures for the browser tests: the built book served on loopback, and headless Chromium.
+"""Shared fixtures: the tiny training profile and a cache of one's own; the book served to a browser.
+
+``TINY_RUN`` is the tiny profile the run-cache tests train (1 layer, 6 steps: seconds on one
+thread); ``one_thread_cache`` points the nopelib cache at the test's own folder and trains on one
+thread, as a study's worker does. The rest serves the browser tests: the built book on
+loopback, and headless Chromium.
 
 When a session collects a test that needs the book, the book build (``jupyter-book build``,
 incremental: executed notebooks come from the jupyter-cache, so after the README's build
@@ -21,13 +26,37 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
+
+from nopelib.core.model import GPTConfig
+from nopelib.store import cache
+from nopelib.training import profiles
 
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+# the run-cache tests' profile: the cpu profile at 1 layer, 6 steps, a few examples
+TINY_RUN = replace(
+    profiles.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=1, n_head=2, n_embd=16),
+    steps=6, batch_size=8, warmup_steps=2, n_train=64, n_test=16, n_eval=16,
+    eval_batch_size=16, log_every=3, seeds=(0,), task_budgets=(), curve_every=0, n_curve=16,
+)
+
+
+@pytest.fixture
+def one_thread_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The nopelib cache in the test's own folder (returned), and torch on one thread."""
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield tmp_path / "cache"
+    torch.set_num_threads(threads)
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):

@@ -335,7 +335,7 @@ def test_chapter_params_name_the_parameters_cell():
     import json
     from pathlib import Path
 
-    book = Path(__file__).resolve().parents[1] / "book"
+    book = Path(__file__).resolve().parents[2] / "book"
     cells = json.loads((book / "probes.ipynb").read_text())["cells"]
     source = next("".join(c["source"]) for c in cells
                   if "parameters" in c.get("metadata", {}).get("tags", []))

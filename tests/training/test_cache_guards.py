@@ -19,32 +19,23 @@ from nopelib.core.model import GPT, GPTConfig
 from nopelib.store import checkpoint as ck, cache
 from nopelib.store.cache import CacheWarning
 from nopelib.store.memo import memo
-from nopelib.training import launch, profiles, run_entry, runs as rc
-
-TINY = replace(
-    profiles.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=1, n_head=2, n_embd=16),
-    steps=6, batch_size=8, warmup_steps=2, n_train=64, n_test=16, n_eval=16,
-    eval_batch_size=16, log_every=3, seeds=(0,), task_budgets=(), curve_every=0, n_curve=16,
-)
+from nopelib.training import launch, run_entry, runs as rc
+from conftest import TINY_RUN
 
 
-@pytest.fixture(autouse=True)
-def _cache_in_tmp(tmp_path, monkeypatch):
-    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+
+
+pytestmark = pytest.mark.usefixtures("one_thread_cache")
 
 
 def _trained(tmp_path: Path) -> Path:
-    run = rc.train_or_load("addition", 0, TINY, device="cpu", progress=False)
+    run = rc.train_or_load("addition", 0, TINY_RUN, device="cpu", progress=False)
     return tmp_path / "cache" / "runs" / run.metrics["key"]
 
 
 def _reload_warns() -> rc.TrainedRun:
     with pytest.warns(CacheWarning):
-        run = rc.train_or_load("addition", 0, TINY, device="cpu", progress=False)
+        run = rc.train_or_load("addition", 0, TINY_RUN, device="cpu", progress=False)
     assert not run.from_cache
     return run
 
@@ -91,7 +82,7 @@ def test_a_fifo_or_device_in_place_of_a_file_does_not_hang(tmp_path):
     os.mkfifo(weights)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        run = _returns_within(lambda: rc.train_or_load("addition", 0, TINY, device="cpu",
+        run = _returns_within(lambda: rc.train_or_load("addition", 0, TINY_RUN, device="cpu",
                                                        progress=False))
     assert not run.from_cache and any("not a regular file" in str(w.message) for w in caught)
     run_dir = tmp_path / "cache" / "runs" / run.metrics["key"]
@@ -99,7 +90,7 @@ def test_a_fifo_or_device_in_place_of_a_file_does_not_hang(tmp_path):
     (run_dir / "metrics.json").symlink_to("/dev/zero")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        run = _returns_within(lambda: rc.train_or_load("addition", 0, TINY, device="cpu",
+        run = _returns_within(lambda: rc.train_or_load("addition", 0, TINY_RUN, device="cpu",
                                                        progress=False))
     assert not run.from_cache and any("not a regular file" in str(w.message) for w in caught)
 
@@ -122,16 +113,16 @@ def test_a_cache_that_cannot_take_a_run_fails_before_training(tmp_path, monkeypa
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("x")
     with pytest.raises(OSError, match="(?i)not a directory"):
-        rc.train_or_load("addition", 0, TINY, device="cpu", cache_dir=not_a_dir)
+        rc.train_or_load("addition", 0, TINY_RUN, device="cpu", cache_dir=not_a_dir)
     # a cache folder under a file cannot be created
     with pytest.raises(OSError, match="not writable|not a directory"):
-        rc.train_or_load("addition", 0, TINY, device="cpu", cache_dir=not_a_dir / "sub")
+        rc.train_or_load("addition", 0, TINY_RUN, device="cpu", cache_dir=not_a_dir / "sub")
     monkeypatch.setattr(shutil, "disk_usage",
                         lambda p: shutil._ntuple_diskusage(10**9, 10**9 - 10**6, 10**6))
     with pytest.raises(OSError, match="MiB free"):
-        rc.train_or_load("addition", 0, TINY, device="cpu")
+        rc.train_or_load("addition", 0, TINY_RUN, device="cpu")
     with pytest.raises(OSError, match="MiB free"):
-        launch.train_many([("addition", 0)], TINY, device="cpu", workers=1)
+        launch.train_many([("addition", 0)], TINY_RUN, device="cpu", workers=1)
 
 
 def test_an_unwritable_cache_is_refused(tmp_path, monkeypatch):
@@ -177,11 +168,11 @@ def test_seeds_out_of_range_are_refused_before_training(monkeypatch):
     monkeypatch.setattr(rc, "train_and_score", no_training)
     for seed in (2**64, -1, 1.0, True):
         with pytest.raises(ValueError, match="seed="):
-            rc.train_or_load("addition", seed, TINY, device="cpu")
+            rc.train_or_load("addition", seed, TINY_RUN, device="cpu")
         with pytest.raises(ValueError, match="seed="):
-            launch.train_many([("addition", seed)], TINY, device="cpu", workers=1)
+            launch.train_many([("addition", seed)], TINY_RUN, device="cpu", workers=1)
     with pytest.raises(ValueError, match="seeds="):
-        replace(TINY, seeds=(2**40,))
+        replace(TINY_RUN, seeds=(2**40,))
 
 
 def _free(monkeypatch, free_bytes: int) -> None:
@@ -191,17 +182,17 @@ def _free(monkeypatch, free_bytes: int) -> None:
 
 def test_the_room_asked_for_is_sized_from_the_model(tmp_path, monkeypatch):
     # 6.3 M parameters: 25 MB of weights, and three checkpoints of weights and AdamW's moments
-    big = replace(TINY, name="big", model=GPTConfig(n_layer=2, n_head=4, n_embd=512))
+    big = replace(TINY_RUN, name="big", model=GPTConfig(n_layer=2, n_head=4, n_embd=512))
     n = GPT(big.model).num_params()
     assert rc.run_write_bytes([big]) >= 4 * n + (ck.KEEP + 1) * 12 * n
-    assert rc.run_write_bytes([TINY]) < rc.run_write_bytes([big])
+    assert rc.run_write_bytes([TINY_RUN]) < rc.run_write_bytes([big])
     # one run at a time: a second run adds its weights, not its checkpoints
     assert rc.run_write_bytes([big, big]) - rc.run_write_bytes([big]) == rc.weights_bytes(big)
     # two runs in flight keep checkpoints of both; one at a time, of the largest only
-    assert (rc.run_write_bytes([big, TINY], in_flight=2) - rc.run_write_bytes([big, TINY])
-            == rc.checkpoints_bytes(TINY))
+    assert (rc.run_write_bytes([big, TINY_RUN], in_flight=2) - rc.run_write_bytes([big, TINY_RUN])
+            == rc.checkpoints_bytes(TINY_RUN))
     with pytest.raises(ValueError, match="in_flight=0"):
-        rc.run_write_bytes([TINY], in_flight=0)
+        rc.run_write_bytes([TINY_RUN], in_flight=0)
 
     def no_training(*args, **kwargs):
         raise AssertionError("trained although the cache cannot take the run")
@@ -215,7 +206,7 @@ def test_the_room_asked_for_is_sized_from_the_model(tmp_path, monkeypatch):
     with pytest.raises(OSError, match=r"250 MiB free, less than the \d+ MiB this work will write"):
         rc.train_or_load("addition", 0, big, device="cpu", progress=False)
     monkeypatch.setattr(rc, "train_and_score", real)
-    assert not rc.train_or_load("addition", 0, TINY, device="cpu", progress=False).from_cache
+    assert not rc.train_or_load("addition", 0, TINY_RUN, device="cpu", progress=False).from_cache
     with pytest.raises(ValueError, match="need_bytes=-1"):
         cache.check_writable(tmp_path, -1)
 
@@ -261,7 +252,7 @@ def test_a_run_this_process_may_not_read_is_left_in_place(tmp_path, monkeypatch)
     before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
     _deny(monkeypatch, run_dir / "metrics.json")
     with pytest.warns(CacheWarning, match="cannot be read .*Permission denied.*left in place"):
-        run = rc.train_or_load("addition", 0, TINY, device="cpu", progress=False)
+        run = rc.train_or_load("addition", 0, TINY_RUN, device="cpu", progress=False)
     assert not run.from_cache and run.metrics["key"] == run_dir.name  # trained, returned
     assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before  # not replaced
     assert not list(run_dir.parent.glob(".bad-*"))  # nor moved aside
@@ -271,10 +262,10 @@ def test_a_metrics_json_nested_too_deeply_is_moved_aside(tmp_path):
     run_dir = _trained(tmp_path)
     (run_dir / "metrics.json").write_text("[" * 200_000 + "]" * 200_000)
     with pytest.warns(CacheWarning, match=r"metrics\.json: RecursionError") as caught:
-        run = rc.train_or_load("addition", 0, TINY, device="cpu", progress=False)
+        run = rc.train_or_load("addition", 0, TINY_RUN, device="cpu", progress=False)
     assert run_dir.name in str(caught[0].message)
     assert not run.from_cache and len(list(run_dir.parent.glob(f".bad-{run_dir.name}-*"))) == 1
-    assert rc.train_or_load("addition", 0, TINY, device="cpu", progress=False).from_cache
+    assert rc.train_or_load("addition", 0, TINY_RUN, device="cpu", progress=False).from_cache
 
 
 def test_a_checkpoint_nested_too_deeply_is_moved_aside_and_the_previous_used(tmp_path):

@@ -19,18 +19,15 @@ import torch
 
 from nopelib.core.model import GPTConfig
 from nopelib.store import cache
-from nopelib.training import distributed, launch, profiles, run_entry, runs as rc
+from nopelib.training import distributed, launch, run_entry, runs as rc
+from conftest import TINY_RUN
+
 
 ray = pytest.importorskip("ray")
 
-TINY = replace(
-    profiles.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=1, n_head=2, n_embd=16),
-    steps=6, batch_size=8, warmup_steps=2, n_train=64, n_test=16, n_eval=16,
-    eval_batch_size=16, log_every=3, seeds=(0,), task_budgets=(), curve_every=0, n_curve=16,
-)
 # long enough (about ten seconds, more on a loaded machine) that a worker is still training
 # when the killer, which scans /proc, finds it
-SLOW = replace(TINY, name="tiny-slow", steps=6000, log_every=100)
+SLOW = replace(TINY_RUN, name="tiny-slow", steps=6000, log_every=100)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -51,8 +48,8 @@ def _committed(cache: Path) -> list[str]:
 
 def test_ray_runs_equal_local_runs_bit_for_bit_and_share_the_cache(tmp_path):
     runs = [("addition", 0), ("reversal", 1)]
-    on_ray = launch.train_many(runs, TINY, "cpu", cache_dir=tmp_path / "ray", backend="ray")
-    local = launch.train_many(runs, TINY, "cpu", cache_dir=tmp_path / "local", workers=1)
+    on_ray = launch.train_many(runs, TINY_RUN, "cpu", cache_dir=tmp_path / "ray", backend="ray")
+    local = launch.train_many(runs, TINY_RUN, "cpu", cache_dir=tmp_path / "local", workers=1)
     assert _committed(tmp_path / "ray") == _committed(tmp_path / "local")  # same keys
     for run in runs:
         assert not on_ray[run].from_cache and not local[run].from_cache
@@ -61,9 +58,9 @@ def test_ray_runs_equal_local_runs_bit_for_bit_and_share_the_cache(tmp_path):
         assert on_ray[run].metrics["accuracy"] == local[run].metrics["accuracy"]
         assert on_ray[run].metrics["worker"].split(" pid ")[1] != str(os.getpid())
     # the local backend finds what Ray trained, and Ray what is cached
-    again = launch.train_many(runs, TINY, "cpu", cache_dir=tmp_path / "ray")
+    again = launch.train_many(runs, TINY_RUN, "cpu", cache_dir=tmp_path / "ray")
     assert all(again[run].from_cache for run in runs)
-    again = launch.train_many(runs, TINY, "cpu", cache_dir=tmp_path / "local", backend="ray")
+    again = launch.train_many(runs, TINY_RUN, "cpu", cache_dir=tmp_path / "local", backend="ray")
     assert all(again[run].from_cache for run in runs)
 
 
@@ -111,7 +108,7 @@ def test_a_worker_killed_without_retries_commits_nothing(tmp_path):
 
 def test_a_worker_with_other_sources_refuses_the_drivers_key():
     with pytest.raises(RuntimeError, match="cache key"):
-        distributed._train_remote("addition", 0, TINY, "cpu", "0" * 32)
+        distributed._train_remote("addition", 0, TINY_RUN, "cpu", "0" * 32)
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -123,7 +120,7 @@ def test_a_worker_with_other_sources_refuses_the_drivers_key():
 ])
 def test_bad_backend_arguments_are_refused(tmp_path, kwargs, match):
     with pytest.raises(ValueError, match=match):
-        launch.train_many([("addition", 0)], TINY, cache_dir=tmp_path, **kwargs)
+        launch.train_many([("addition", 0)], TINY_RUN, cache_dir=tmp_path, **kwargs)
     assert _committed(tmp_path) == []
 
 
@@ -137,9 +134,9 @@ def test_a_grid_trains_on_ray_and_reports_it(tmp_path, monkeypatch):
     from nopelib.studies import grid
 
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
-    tiny = grid.Grid("t", ("addition",), (0,), (TINY,), n_inputs=8)
+    tiny = grid.Grid("t", ("addition",), (0,), (TINY_RUN,), n_inputs=8)
     rows = grid.run_grid(tiny, device="cpu", backend="ray")
     assert ray.is_initialized()  # the running instance was used, not shut down
-    local = rc.train_or_load("addition", 0, TINY, "cpu")
+    local = rc.train_or_load("addition", 0, TINY_RUN, "cpu")
     assert local.from_cache and rows[0]["key"] == local.metrics["key"]
     assert not rows[0]["from_cache"] and rows[0]["device"] == "cpu"

@@ -25,7 +25,7 @@ from nopelib.studies import grid, kernels, recipe, trained_study
 from nopelib.core.one_model import random_model
 from nopelib.training.profiles import PROFILES
 
-BOOK = Path(__file__).resolve().parents[1] / "book"
+BOOK = Path(__file__).resolve().parents[2] / "book"
 TINY = GPTConfig(n_layer=2, n_head=2, n_embd=32)
 
 

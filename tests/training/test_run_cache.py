@@ -24,34 +24,25 @@ import torch
 from safetensors.torch import save_model
 
 import nopelib.training.train as tr
-from nopelib.core.model import GPT, GPTConfig
-from nopelib.store import cache, sources
+from nopelib.core.model import GPT
+from nopelib.store import sources
 from nopelib.store.cache import CacheWarning, file_sha256
 from nopelib.training import launch, profiles, run_entry, runs as rc
-
-TINY = replace(
-    profiles.PROFILES["cpu"], name="tiny", model=GPTConfig(n_layer=1, n_head=2, n_embd=16),
-    steps=6, batch_size=8, warmup_steps=2, n_train=64, n_test=16, n_eval=16,
-    eval_batch_size=16, log_every=3, seeds=(0,), task_budgets=(), curve_every=0, n_curve=16,
-)
+from conftest import TINY_RUN
 
 
-@pytest.fixture(autouse=True)
-def _cache_in_tmp(tmp_path, monkeypatch):
-    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+
+
+pytestmark = pytest.mark.usefixtures("one_thread_cache")
 
 
 def _run_dir(tmp_path: Path) -> Path:
-    return tmp_path / "cache" / "runs" / rc.run_key("addition", 0, TINY, "cpu")
+    return tmp_path / "cache" / "runs" / rc.run_key("addition", 0, TINY_RUN, "cpu")
 
 
 def _nan_weights(run_dir: Path) -> None:
     """Well-formed safetensors whose checksum is recorded: only the finiteness check is left."""
-    model = GPT(TINY.model)
+    model = GPT(TINY_RUN.model)
     with torch.no_grad():
         next(model.parameters()).fill_(float("nan"))
     save_model(model, str(run_dir / "model.safetensors"))
@@ -88,11 +79,11 @@ DAMAGE = {
 
 @pytest.mark.parametrize("damage", list(DAMAGE))
 def test_a_damaged_run_is_moved_aside_retrained_and_replaced(tmp_path, damage):
-    first = rc.train_or_load("addition", 0, TINY, device="cpu", progress=False)
+    first = rc.train_or_load("addition", 0, TINY_RUN, device="cpu", progress=False)
     run_dir = _run_dir(tmp_path)
     DAMAGE[damage](run_dir)
     with pytest.warns(CacheWarning, match=run_dir.name) as caught:
-        again = rc.train_or_load("addition", 0, TINY, device="cpu", progress=False)
+        again = rc.train_or_load("addition", 0, TINY_RUN, device="cpu", progress=False)
     assert sum(issubclass(w.category, CacheWarning) for w in caught) == 1
     assert not again.from_cache
     assert all(torch.equal(a, b) for a, b in zip(first.model.state_dict().values(),
@@ -100,39 +91,39 @@ def test_a_damaged_run_is_moved_aside_retrained_and_replaced(tmp_path, damage):
     assert len(list(run_dir.parent.glob(f".bad-{run_dir.name}-*"))) == 1  # kept for a look
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # replaced: a clean hit now
-        assert rc.train_or_load("addition", 0, TINY, device="cpu", progress=False).from_cache
+        assert rc.train_or_load("addition", 0, TINY_RUN, device="cpu", progress=False).from_cache
 
 
 def test_the_weights_checksum_is_recorded(tmp_path):
-    run = rc.train_or_load("addition", 0, TINY, device="cpu", progress=False)
+    run = rc.train_or_load("addition", 0, TINY_RUN, device="cpu", progress=False)
     assert run.metrics["weights_sha256"] == file_sha256(_run_dir(tmp_path) / "model.safetensors")
 
 
 def test_the_key_separates_device_type_dtype_policy_and_torch_version(monkeypatch):
-    cpu = rc.run_key("addition", 0, TINY, "cpu")
-    assert rc.run_key("addition", 0, TINY, torch.device("cpu")) == cpu
-    assert rc.run_key("addition", 0, TINY, "cuda") != cpu  # another device: another run
-    assert rc.run_key("addition", 0, TINY, "cuda:1") == rc.run_key("addition", 0, TINY, "cuda")
+    cpu = rc.run_key("addition", 0, TINY_RUN, "cpu")
+    assert rc.run_key("addition", 0, TINY_RUN, torch.device("cpu")) == cpu
+    assert rc.run_key("addition", 0, TINY_RUN, "cuda") != cpu  # another device: another run
+    assert rc.run_key("addition", 0, TINY_RUN, "cuda:1") == rc.run_key("addition", 0, TINY_RUN, "cuda")
     monkeypatch.setattr(torch, "__version__", "0.0.0")
-    assert rc.run_key("addition", 0, TINY, "cpu") != cpu
+    assert rc.run_key("addition", 0, TINY_RUN, "cpu") != cpu
 
 
 def test_the_key_covers_the_task_budget_only():
-    base = rc.run_key("addition", 0, TINY, "cpu")
-    other_task = replace(TINY, task_budgets=(("reversal", TINY.steps + 5),))
+    base = rc.run_key("addition", 0, TINY_RUN, "cpu")
+    other_task = replace(TINY_RUN, task_budgets=(("reversal", TINY_RUN.steps + 5),))
     assert rc.run_key("addition", 0, other_task, "cpu") == base  # another task's budget
-    own_task = replace(TINY, task_budgets=(("addition", TINY.steps + 5),))
+    own_task = replace(TINY_RUN, task_budgets=(("addition", TINY_RUN.steps + 5),))
     assert rc.run_key("addition", 0, own_task, "cpu") != base
     # the same budget written as an override or as the default is the same run
-    same = replace(TINY, task_budgets=(("addition", TINY.steps),))
+    same = replace(TINY_RUN, task_budgets=(("addition", TINY_RUN.steps),))
     assert rc.run_key("addition", 0, same, "cpu") == base
-    assert rc.run_key("addition", 0, replace(TINY, seeds=(0, 1, 2)), "cpu") == base
+    assert rc.run_key("addition", 0, replace(TINY_RUN, seeds=(0, 1, 2)), "cpu") == base
 
 
 def test_run_folders_follow_the_umask_so_a_group_can_share_the_cache(tmp_path):
     old = os.umask(0o002)
     try:
-        rc.train_or_load("addition", 0, TINY, device="cpu", progress=False)
+        rc.train_or_load("addition", 0, TINY_RUN, device="cpu", progress=False)
     finally:
         os.umask(old)
     run_dir = _run_dir(tmp_path)
@@ -150,7 +141,7 @@ def test_a_diverged_run_is_never_committed(tmp_path, monkeypatch):
 
     monkeypatch.setattr(rc, "train", diverging)
     with pytest.raises(RuntimeError, match="diverged"):
-        rc.train_or_load("addition", 0, TINY, device="cpu", progress=False)
+        rc.train_or_load("addition", 0, TINY_RUN, device="cpu", progress=False)
     runs = tmp_path / "cache" / "runs"
     assert not runs.exists() or not any(runs.iterdir())
 
@@ -160,7 +151,7 @@ def test_train_many_warns_with_the_expected_time_of_slow_cpu_training(monkeypatc
     assert launch.expected_cpu_seconds(profiles.PROFILES["cpu"]) < 600
     monkeypatch.setattr(launch, "expected_cpu_seconds", lambda profile: 7200.0)
     with pytest.warns(UserWarning, match=r"about 2 h"):
-        launch.train_many([("addition", 0)], TINY, device="cpu", workers=1)
+        launch.train_many([("addition", 0)], TINY_RUN, device="cpu", workers=1)
 
 
 # --- workers ----------------------------------------------------------------------------------
@@ -281,22 +272,22 @@ def test_run_keys_reuse_parsed_sources_and_still_see_an_edit(tmp_path, monkeypat
         os.utime(pkg / name, (hour_ago, hour_ago))
     monkeypatch.setattr(sources, "PACKAGE_DIR", pkg)
     monkeypatch.setattr(sources, "RACY_SECONDS", 0.0)  # the copies' ctime is now
-    before = rc.run_key("addition", 0, TINY, "cpu")
+    before = rc.run_key("addition", 0, TINY_RUN, "cpu")
     parsed = []
     real_parse = sources.ast.parse
     monkeypatch.setattr(sources.ast, "parse", lambda *a, **k: parsed.append(a) or real_parse(*a, **k))
     start = time.perf_counter()
-    keys = {rc.run_key("addition", seed, TINY, "cpu") for seed in range(1000)}
+    keys = {rc.run_key("addition", seed, TINY_RUN, "cpu") for seed in range(1000)}
     seconds = time.perf_counter() - start
     assert len(keys) == 1000 and not parsed  # nothing read or parsed again
     assert seconds < 15  # re-parsing every source took 37 ms a key on an idle machine
-    assert rc.run_key("addition", 0, TINY, "cpu") == before
+    assert rc.run_key("addition", 0, TINY_RUN, "cpu") == before
     # an edit of the same size, as an editor's one-character fix makes it
     text = (pkg / "core/model.py").read_bytes()
     edited = text.replace(b"n_layer: int = 6", b"n_layer: int = 7", 1)
     assert edited != text and len(edited) == len(text)
     (pkg / "core/model.py").write_bytes(edited)
-    assert rc.run_key("addition", 0, TINY, "cpu") != before
+    assert rc.run_key("addition", 0, TINY_RUN, "cpu") != before
     assert len(parsed) == 1  # the edited file only
     (pkg / "core/model.py").write_bytes(text)
-    assert rc.run_key("addition", 0, TINY, "cpu") == before
+    assert rc.run_key("addition", 0, TINY_RUN, "cpu") == before

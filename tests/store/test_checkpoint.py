@@ -293,7 +293,7 @@ def test_a_run_killed_with_sigkill_resumes_bit_for_bit(tmp_path, monkeypatch, un
     env = {**os.environ, ck.SECONDS_ENV: "0"}  # a checkpoint after every step
     here = Path(__file__).resolve().parent
     proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_KILLED), str(cache),
-                             str(here)], cwd=here.parent, env=env)
+                             str(here)], cwd=here.parents[1], env=env)
     try:
         deadline = time.monotonic() + 300  # importing torch is slow on a loaded machine
         while time.monotonic() < deadline and proc.poll() is None:

@@ -10,24 +10,16 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 from nopelib.book import viz
 from nopelib.core import metrics, tasks
-from nopelib.store import cache
 from nopelib.results import files as results
 from nopelib.studies import grid
 from nopelib.core import one_model
 from nopelib.training import profiles
 
 
-@pytest.fixture(autouse=True)
-def _cache_in_tmp(tmp_path, monkeypatch):
-    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread_cache")
 
 
 def test_the_named_grids():

@@ -21,7 +21,7 @@ from nopelib.training.gate import check_training_time, training_time_problem
 from nopelib.training.launch import train_missing
 from nopelib.training.profiles import PROFILES
 
-BOOK = Path(__file__).resolve().parent.parent / "book"
+BOOK = Path(__file__).resolve().parents[2] / "book"
 
 
 def test_every_bad_parameter_is_named_once_with_its_value_and_what_is_allowed():
