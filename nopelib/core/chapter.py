@@ -8,7 +8,7 @@ chapters' own studies at their defaults. All three read one ``ChapterSpec`` from
                           claims={init_claims.LAYER0: "the-adjacency-score-per-layer", ...})
 
 The chapter's ``parameters`` cell (the one papermill rewrites) holds the same defaults as
-literal assignments, because papermill needs them there; ``tests/test_chapters.py`` reads every
+literal assignments, because papermill needs them there; ``tests/book/test_chapters.py`` reads every
 cell and fails when a value or a name differs from its spec. The chapter's next cell calls
 ``params = CHAPTER.check(globals())``; the scorecard calls ``CHAPTER.params()`` and the same study
 functions, so the two share cache entries without executing or re-typing a notebook cell.

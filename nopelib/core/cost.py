@@ -41,7 +41,7 @@ def model_params(config: GPTConfig) -> int:
     """The parameter count of ``GPT(config)`` (the tied head counted once), from the config's
     shapes alone: building the model, even on torch's meta device, runs every layer's
     initialiser, and a refusal that prices a grid of nine models must answer within a second
-    (tests/test_model.py checks this count against the model's own)."""
+    (tests/core/test_model.py checks this count against the model's own)."""
     d, bias = config.n_embd, int(config.bias)
     linears = 3 * d * d + d * d + 4 * d * d + 4 * d * d  # q/k/v, attention out, MLP in and out
     linear_biases = bias * (3 * d + d + 4 * d + d)

@@ -34,7 +34,7 @@ POS_ENCODINGS = ("none", "learned", "sinusoidal", "rope", "alibi")
 INIT_TARGETS = ("embedding", "all")
 ATTN_IMPLS = ("fused", "explicit")
 # len(nopelib.core.tasks.VOCAB), the shared character vocabulary of the four tasks; a constant here
-# so that the model does not import the tasks (tests/test_model.py checks that they agree)
+# so that the model does not import the tasks (tests/core/test_model.py checks that they agree)
 VOCAB_SIZE = 25
 FLOAT32_MAX = 3.4028234663852886e38
 

@@ -22,7 +22,7 @@ What differs from separate runs is only rounding: a step pads every seed's batch
 longest row of the seeds still training (padding is ignored by the loss and, being later,
 unseen by a causal model's earlier positions), and the kernels reduce in another order. So a
 batched run equals a separate one within float tolerance, not bit for bit
-(tests/test_batched.py measures the difference), and is cached under its own key: its profile
+(tests/training/test_batched.py measures the difference), and is cached under its own key: its profile
 is ``profile.batched()``, named ``<name>+batched``. The loop is ``loop.fit``, the one every
 run trains in; this module supplies the batched step, curve and checkpointed state.
 """

@@ -5,7 +5,7 @@ once a precision check of that profile found "no change" on the task
 (``nopelib.studies.precision``, committed as ``book/results/precision_<profile>_*.json``; the
 rule is ``nopelib.rules.bf16``); every other task trains in float32. ``BF16_TASKS`` declares
 those tasks per profile, so a run's profile is known from the code alone, not read from the
-committed files when it trains; ``tests/test_trained_study.py`` derives the same sets from
+committed files when it trains; ``tests/studies/test_trained_study.py`` derives the same sets from
 the committed checks (``trained_files.bf16_cleared``) and fails when the two disagree. (The
 profiles themselves cannot hold it: ``profiles.py`` is a training source, and any change to
 its code changes every run key.)
