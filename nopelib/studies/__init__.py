@@ -1,1 +1,1 @@
-"""The studies: the commands that train or measure by hand (``python -m nopelib.studies.<command>``) and commit a result file, and the probe and early-dynamics tables the chapters compute."""
+"""The study commands, each run by hand and committing a result file, and the probe and early-dynamics tables the chapters compute."""
