@@ -1,9 +1,10 @@
-"""Shared fixtures: the tiny training profile and a cache of one's own; the book served to a browser.
+"""Shared fixtures: tiny profiles, a cache of one's own, one thread; the book in a browser.
 
 ``TINY_RUN`` is the tiny profile the run-cache tests train (1 layer, 6 steps: seconds on one
-thread); ``one_thread_cache`` points the nopelib cache at the test's own folder and trains on one
-thread, as a study's worker does. The rest serves the browser tests: the built book on
-loopback, and headless Chromium.
+thread), ``TINY_STUDY`` the trained study's profile in seconds (its budget follows progress,
+with a trajectory); ``one_thread_cache`` points the nopelib cache at the test's own folder and
+trains on one thread, as a study's worker does; ``one_thread`` is one thread for a module.
+The rest serves the browser tests: the built book on loopback, and headless Chromium.
 
 When a session collects a test that needs the book, the book build (``jupyter-book build``,
 incremental: executed notebooks come from the jupyter-cache, so after the README's build
@@ -47,6 +48,22 @@ TINY_RUN = replace(
     steps=6, batch_size=8, warmup_steps=2, n_train=64, n_test=16, n_eval=16,
     eval_batch_size=16, log_every=3, seeds=(0,), task_budgets=(), curve_every=0, n_curve=16,
 )
+
+# a trained study in seconds: the study profile's rules on a 2-layer model
+TINY_STUDY = replace(
+    profiles.PROFILES["study"], name="tiny-study", model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
+    steps=30, batch_size=8, warmup_steps=2, n_train=64, n_test=24, n_eval=24, n_curve=24,
+    n_val=8, curve_every=10, eval_batch_size=16, log_every=5, seeds=(0, 1), n_trajectory=4,
+)
+
+
+@pytest.fixture(scope="module")
+def one_thread() -> Iterator[None]:
+    """Torch on one thread for a module: tiny models are overhead-bound, and do not contend."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture

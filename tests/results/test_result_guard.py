@@ -25,6 +25,8 @@ from nopelib.results import files as results, guard, trained_files
 from nopelib.studies import early_study, grid, long_context, precision, recipe, text_study
 from nopelib.studies import kernels
 from nopelib.training import profiles
+from conftest import TINY_STUDY
+
 
 COMMITTED = results.RESULTS_DIR
 # the time gate's estimate for the committed studies' profiles: what is tested is the refusal
@@ -143,12 +145,7 @@ def test_an_early_study_of_another_profile_is_refused(tmp_path, monkeypatch, cap
 
 
 # a trained study in seconds
-TINY = replace(
-    profiles.PROFILES["study"], name="tiny-guard", model=GPTConfig(n_layer=2, n_head=2,
-                                                                   n_embd=16),
-    steps=30, batch_size=8, warmup_steps=2, n_train=64, n_test=24, n_eval=24, n_curve=24,
-    n_val=8, curve_every=10, eval_batch_size=16, log_every=5, seeds=(0, 1), n_trajectory=4,
-)
+TINY = replace(TINY_STUDY, name="tiny-guard")
 
 
 @pytest.fixture

@@ -11,17 +11,13 @@ from dataclasses import replace
 import pytest
 
 import nopelib.studies.trained_study as ts
-from nopelib.core.model import GPTConfig
 from nopelib.results import files as results
 from nopelib.training import profiles
 from nopelib.training.runs import run_key
+from conftest import TINY_STUDY
 
-TINY = replace(
-    profiles.PROFILES["study"], name="tiny-replace", model=GPTConfig(n_layer=2, n_head=2,
-                                                                     n_embd=16),
-    steps=30, batch_size=8, warmup_steps=2, n_train=64, n_test=24, n_eval=24, n_curve=24,
-    n_val=8, curve_every=10, eval_batch_size=16, log_every=5, seeds=(0, 1), n_trajectory=4,
-)
+
+TINY = replace(TINY_STUDY, name="tiny-replace")
 
 
 @pytest.fixture

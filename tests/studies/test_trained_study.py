@@ -10,7 +10,6 @@ import pytest
 import nopelib.studies.trained_study as ts
 from nopelib.studies.probe_study import PROBE_SEEDS
 from nopelib.core.devices import dtype_policy
-from nopelib.core.model import GPTConfig
 from nopelib.rules import claims
 from nopelib.results import (files as results, trained_files, trained_prose,
                              trained_tables)
@@ -18,12 +17,9 @@ from nopelib.results.manifest import MANIFEST_NAME
 from nopelib.core.tasks import TASKS
 from nopelib.training import profiles, task_precision, train_profile
 from nopelib.training.runs import run_key
+from conftest import TINY_STUDY
 
-TINY = replace(
-    profiles.PROFILES["study"], name="tiny-study", model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
-    steps=30, batch_size=8, warmup_steps=2, n_train=64, n_test=24, n_eval=24, n_curve=24,
-    n_val=8, curve_every=10, eval_batch_size=16, log_every=5, seeds=(0, 1), n_trajectory=4,
-)
+
 
 
 @pytest.fixture(autouse=True)
@@ -33,29 +29,30 @@ def _cache_in_tmp(tmp_path, monkeypatch):
 
 def test_a_tiny_study_writes_a_valid_file_whose_trajectory_the_claims_read(tmp_path,
                                                                           monkeypatch):
-    monkeypatch.setitem(profiles.PROFILES, TINY.name, TINY)  # a file's profile is a known one
-    by_task, from_cache = ts.run_study(TINY, ["ordering"], [0, 1], device="cpu", workers=1,
-                                        probe_fit_tokens=100)
+    # a file's profile is a known one
+    monkeypatch.setitem(profiles.PROFILES, TINY_STUDY.name, TINY_STUDY)
+    by_task, from_cache = ts.run_study(TINY_STUDY, ["ordering"], [0, 1], device="cpu",
+                                       workers=1, probe_fit_tokens=100)
     assert from_cache == {"ordering": 0} and [r["seed"] for r in by_task["ordering"]] == [0, 1]
     for run in by_task["ordering"]:
         t = run["trajectory"]
         assert t["step"][-1] == run["steps"] and len(t["scores"]) == len(t["step"])
         assert run["scores_after"] == t["scores"][-1]
-        assert len(run["scores_init"]) == TINY.model.n_layer + 1
+        assert len(run["scores_init"]) == TINY_STUDY.model.n_layer + 1
         probes = run["probes"]
-        assert {r["layer"] for r in probes["rows"]} == set(range(TINY.model.n_layer + 1))
+        assert {r["layer"] for r in probes["rows"]} == set(range(TINY_STUDY.model.n_layer + 1))
         assert {r["seed"] for r in probes["rows"]} == set(PROBE_SEEDS)
         assert {r["layer"] for r in probes["shuffled"]} == {1}
-    doc = {"provenance": results.provenance("test", [], 0.0, profile=TINY.name,
-                                            training=TINY.record(),
+    doc = {"provenance": results.provenance("test", [], 0.0, profile=TINY_STUDY.name,
+                                            training=TINY_STUDY.record(),
                                             runs_from_cache=from_cache["ordering"]),
            "runs": by_task["ordering"]}
     path = tmp_path / "trained_tiny-study_ordering.json"
     results.write(path, doc, "trained")
     assert results.load(path)["runs"] == json.loads(json.dumps(by_task["ordering"]))
     # a second study loads every run from the cache
-    again, from_cache = ts.run_study(TINY, ["ordering"], [0, 1], device="cpu", workers=1,
-                                        probe_fit_tokens=100)
+    again, from_cache = ts.run_study(TINY_STUDY, ["ordering"], [0, 1], device="cpu", workers=1,
+                                     probe_fit_tokens=100)
     assert from_cache == {"ordering": 2}
     for first, cached in zip(by_task["ordering"], again["ordering"]):
         assert {**cached, "origin": None} == {**first, "origin": None}
@@ -86,11 +83,12 @@ def test_bf16_trains_only_the_tasks_every_committed_check_found_unchanged():
             assert task_precision.task_profile(p, task).precision == (
                 "bfloat16" if task in cleared else "float32")
             assert replace(task_precision.task_profile(p, task), precision=p.precision) == p
-    assert task_precision.task_profile(TINY, "addition") is TINY  # a float32 profile as it is
+    # a float32 profile as it is
+    assert task_precision.task_profile(TINY_STUDY, "addition") is TINY_STUDY
 
 
 def test_a_study_trains_a_task_no_check_cleared_in_float32(tmp_path, monkeypatch):
-    asks_bf16 = replace(TINY, name="tiny-bf16", precision="bfloat16")
+    asks_bf16 = replace(TINY_STUDY, name="tiny-bf16", precision="bfloat16")
     monkeypatch.setitem(profiles.PROFILES, asks_bf16.name, asks_bf16)
     assert trained_files.bf16_cleared(asks_bf16.name) == frozenset()
     assert asks_bf16.name not in task_precision.BF16_TASKS
@@ -108,22 +106,22 @@ def test_a_study_trains_a_task_no_check_cleared_in_float32(tmp_path, monkeypatch
 
 
 def test_an_edited_trajectory_is_refused(tmp_path):
-    by_task, _ = ts.run_study(TINY, ["reversal"], [0], device="cpu", workers=1,
-                                probe_fit_tokens=100)
+    by_task, _ = ts.run_study(TINY_STUDY, ["reversal"], [0], device="cpu", workers=1,
+                              probe_fit_tokens=100)
     run = by_task["reversal"][0]
     bad = {**run, "trajectory": {**run["trajectory"],
                                  "scores": run["trajectory"]["scores"][:-1]}}
-    doc = {"provenance": results.provenance("test", [], 0.0, profile=TINY.name,
-                                            training=TINY.record()), "runs": [bad]}
+    doc = {"provenance": results.provenance("test", [], 0.0, profile=TINY_STUDY.name,
+                                            training=TINY_STUDY.record()), "runs": [bad]}
     with pytest.raises(results.ResultsError, match="trajectory"):
         results.validate(doc, "trained", "edited")
 
 
 def test_a_profile_without_a_trajectory_is_refused_before_training():
     with pytest.raises(ValueError, match="n_trajectory=0"):
-        ts.run_study(replace(TINY, n_trajectory=0), ["reversal"], [0], device="cpu")
+        ts.run_study(replace(TINY_STUDY, n_trajectory=0), ["reversal"], [0], device="cpu")
     with pytest.raises(ValueError, match="seed=-1"):
-        ts.run_study(TINY, ["reversal"], [-1], device="cpu")
+        ts.run_study(TINY_STUDY, ["reversal"], [-1], device="cpu")
 
 
 @pytest.mark.parametrize("argv, match", [
@@ -169,16 +167,16 @@ def test_the_committed_studies_are_valid_and_judged_by_the_fixed_rules():
 
 
 def test_a_study_in_flight_writes_the_seeds_it_has_and_grows_by_seed(tmp_path, monkeypatch):
-    monkeypatch.setitem(profiles.PROFILES, TINY.name, TINY)
+    monkeypatch.setitem(profiles.PROFILES, TINY_STUDY.name, TINY_STUDY)
     out = tmp_path / "out"
     out.mkdir()
-    argv = ["--profile", TINY.name, "--tasks", "ordering", "--device", "cpu",
+    argv = ["--profile", TINY_STUDY.name, "--tasks", "ordering", "--device", "cpu",
             "--out-dir", str(out), "--probe-fit-tokens", "100"]
     # nothing trained yet: --cached-only writes no file
     ts.main([*argv, "--cached-only"])
     assert not list(out.iterdir())
     ts.main([*argv, "--seeds", "1", "--workers", "1"])  # one seed trained
-    path = out / f"trained_{TINY.name}_ordering.json"
+    path = out / f"trained_{TINY_STUDY.name}_ordering.json"
     first = results.load(path)
     assert [r["seed"] for r in first["runs"]] == [1]
     run = first["runs"][0]
@@ -188,7 +186,8 @@ def test_a_study_in_flight_writes_the_seeds_it_has_and_grows_by_seed(tmp_path, m
     assert first["provenance"]["runs_kept"] == first["provenance"]["runs_from_cache"] == 0
     assert run["resumed_at"] == [] and run["wall_seconds"] >= run["train_seconds"]
     mats = run["matrices"]["layers"]  # [L+1, T, T] of the longest input
-    assert len(mats) == TINY.model.n_layer + 1 and len(mats[0]) == len(run["matrices"]["text"])
+    assert len(mats) == TINY_STUDY.model.n_layer + 1
+    assert len(mats[0]) == len(run["matrices"]["text"])
     assert mats[1][0][0] == 1.0  # a state's cosine with itself
     # seed 0 trained next: the file grows, seed 1 is kept
     ts.main([*argv, "--seeds", "0", "--workers", "1"])
@@ -217,11 +216,12 @@ def test_a_study_in_flight_writes_the_seeds_it_has_and_grows_by_seed(tmp_path, m
 
 
 def test_a_runs_origin_and_the_files_counts_are_checked(tmp_path, monkeypatch):
-    monkeypatch.setitem(profiles.PROFILES, TINY.name, TINY)
-    by_task, _ = ts.run_study(TINY, ["reversal"], [0], device="cpu", workers=1,
+    monkeypatch.setitem(profiles.PROFILES, TINY_STUDY.name, TINY_STUDY)
+    by_task, _ = ts.run_study(TINY_STUDY, ["reversal"], [0], device="cpu", workers=1,
                               probe_fit_tokens=100)
-    prov = results.provenance("test", [], 0.0, profile=TINY.name, training=TINY.record(),
-                              runs_from_cache=0, runs_kept=0, cpu_capability="AVX2")
+    prov = results.provenance("test", [], 0.0, profile=TINY_STUDY.name,
+                              training=TINY_STUDY.record(), runs_from_cache=0, runs_kept=0,
+                              cpu_capability="AVX2")
     good = ts.stamp(by_task["reversal"], prov, ts.TRAINED_BY)
     assert good[0]["origin"]["command"] == "test "  # as the study command's main() names it
     assert good[0]["origin"]["cpu_capability"]  # where it trained, named by run_study
@@ -241,21 +241,21 @@ def test_a_runs_origin_and_the_files_counts_are_checked(tmp_path, monkeypatch):
 def test_the_batched_study_command_writes_the_profiles_batched_twin(tmp_path, monkeypatch):
     # the GPU command's tiny version on the CPU: every seed of a task as one batched model,
     # each on its own budget, written as the profile's '+batched' twin beside the plain study
-    monkeypatch.setitem(profiles.PROFILES, TINY.name, TINY)
+    monkeypatch.setitem(profiles.PROFILES, TINY_STUDY.name, TINY_STUDY)
     out = tmp_path / "out"
     out.mkdir()
-    argv = ["--profile", TINY.name, "--tasks", "ordering", "--device", "cpu",
+    argv = ["--profile", TINY_STUDY.name, "--tasks", "ordering", "--device", "cpu",
             "--out-dir", str(out), "--probe-fit-tokens", "100", "--backend", "batched"]
     ts.main(argv)
-    path = out / f"trained_{TINY.name}+batched_ordering.json"
+    path = out / f"trained_{TINY_STUDY.name}+batched_ordering.json"
     doc = results.load(path)
     # the file and its folder's manifest of digests (result_manifest), nothing else
     assert sorted(p.name for p in out.iterdir()) == sorted([path.name, MANIFEST_NAME])
-    assert doc["provenance"]["profile"] == TINY.batched().name
+    assert doc["provenance"]["profile"] == TINY_STUDY.batched().name
     assert doc["provenance"]["runs_from_cache"] == 0
     assert [r["seed"] for r in doc["runs"]] == [0, 1]
     for run in doc["runs"]:
-        assert run["profile"] == TINY.batched().name
+        assert run["profile"] == TINY_STUDY.batched().name
         assert run["trajectory"]["step"][-1] == run["steps"]
     path.unlink()
     ts.main([*argv, "--cached-only"])  # the runs are in the cache under the twin's keys

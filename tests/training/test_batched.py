@@ -29,12 +29,7 @@ SEEDS = [0, 1, 2]
 TOLERANCE = 1e-4  # float32 rounding carried through 40 AdamW steps; measured max is printed
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("attn_impl", [None, "explicit"])  # explicit: a GPU's path

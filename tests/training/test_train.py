@@ -37,13 +37,7 @@ def _cache_in_tmp(tmp_path, monkeypatch):
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """The tiny models here are overhead-bound: one thread is as fast and does not contend."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _weights(model: nn.Module) -> dict[str, torch.Tensor]:
