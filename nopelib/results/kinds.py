@@ -19,12 +19,12 @@ from nopelib.rules.claims import LEARNED_AT
 from nopelib.results.checks import (bad_value, check_complete, check_distinct, check_fields,
                                            check_layers, check_same, check_series, known_profile,
                                            layer_rows, profile_record)
-from nopelib.results.schema import (ACCURACIES, CAMPAIGN_RUN, DTYPE_POLICIES, EARLY_CURVE,
-                                           EARLY_FULL_PREFIX, EARLY_FULL_RUN, EARLY_MEASURED,
-                                           EARLY_RUN, EXTRA_RUN, GAP, LONG_RUN, PRECISION_POLICY,
-                                           PROVENANCE, REL_TOL, RUN, ResultsError, Rule, SECONDS,
-                                           SEEDS_FIELD, SHARE, list_of, number_rule, one_of,
-                                           text_rule)
+from nopelib.results.schema import (ACCURACIES, CAMPAIGN_RUN, CAMPAIGN_RUN_LATER,
+                                    CAMPAIGN_STREAMS, DTYPE_POLICIES, EARLY_CURVE,
+                                    EARLY_FULL_PREFIX, EARLY_FULL_RUN, EARLY_MEASURED, EARLY_RUN,
+                                    EXTRA_RUN, GAP, LONG_RUN, PRECISION_POLICY, PROVENANCE,
+                                    REL_TOL, RUN, ResultsError, Rule, SECONDS, SEEDS_FIELD, SHARE,
+                                    list_of, number_rule, one_of, text_rule)
 from nopelib.training.train_profile import PRECISIONS, TrainProfile
 
 
@@ -119,7 +119,11 @@ def check_campaign(name: str, doc: dict) -> None:
     no fewer than it began from, a run at most once a sitting."""
     for i, run in enumerate(doc["runs"]):
         where = f"{name}: runs[{i}]"
-        check_fields(where, run, CAMPAIGN_RUN)
+        check_fields(where, run, CAMPAIGN_RUN, CAMPAIGN_RUN_LATER)
+        device = run.get("device", "cpu")
+        if run["streams"] > CAMPAIGN_STREAMS[device]:
+            raise bad_value(f"{where}.streams", run["streams"],
+                            f"at most {CAMPAIGN_STREAMS[device]} with device {device!r}")
         if run["to_step"] < run["from_step"]:
             raise bad_value(f"{where}.to_step", run["to_step"],
                             f"at least from_step ({run['from_step']})")

@@ -210,6 +210,9 @@ EXTRA_RUN: dict[str, dict[str, Rule]] = {
                   "steps": STEPS, "step_ms": SECONDS,
                   "curve": object_rule("an object with step, accuracy, val_accuracy and scores")},
 }
+# the most runs a campaign sitting trains at once, by device: a one-thread run per core of
+# a 2-core machine; on one GPU, several small runs side by side
+CAMPAIGN_STREAMS = {"cpu": 2, "cuda": 8}
 # one run's part in one sitting of the paper-model campaign (nopelib.studies.campaign)
 CAMPAIGN_RUN: dict[str, Rule] = {
     "task": _TASK, "seed": SEED_FIELD,
@@ -222,8 +225,13 @@ CAMPAIGN_RUN: dict[str, Rule] = {
     "commit": PROVENANCE["commit"], "machine": PROVENANCE["machine"],
     "cpu_capability": (text_rule, "torch's CPU capability"),
     "started": (iso_date, "an ISO 8601 date"), "until": (iso_date, "an ISO 8601 date"),
-    "streams": (int_rule(1, 2), "1 or 2"),
+    "streams": (int_rule(1, max(CAMPAIGN_STREAMS.values())),
+                f"1 to {CAMPAIGN_STREAMS['cuda']} (at most {CAMPAIGN_STREAMS['cpu']} on the CPU)"),
 }
+# fields of the ledger's later sittings (absent: a CPU sitting): the device its runs trained
+# on, and on CUDA the GPU's name
+CAMPAIGN_RUN_LATER: dict[str, Rule] = {"device": one_of(tuple(CAMPAIGN_STREAMS)),
+                                       "gpu": (text_rule, "the GPU's name")}
 # fields the trained study's writer added after the first files were committed: a run holds
 # all of them or none, and every run of a file alike
 TRAINED_RUN_LATER: dict[str, Rule] = {

@@ -27,6 +27,11 @@ The ledger ``campaign_paper_study.json`` (beside the study files) records every 
 commit, machine, CPU kernels, deadline and streams, and per run the step it started from, the
 step it reached, its wall time, whether it finished, and the steps it lost to a machine change
 (a step an earlier sitting reached that this machine's checkpoints no longer hold).
+
+On a GPU (``--device cuda``: up to 8 streams, a run each, filed under the profile itself)
+the next task's missing seeds start together; no run starts with under ``--min-start`` left,
+and at the deadline the runs in flight stop at once, recorded as not finished with their steps
+lost (no checkpoint leaves that machine). Its prepared command: ``nopelib.studies.campaign_gpu``.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -48,6 +54,7 @@ import torch
 from nopelib.core.tasks import TASKS
 from nopelib.store.cache import resolve_cache_dir
 from nopelib.results import files as results
+from nopelib.results.schema import CAMPAIGN_STREAMS
 from nopelib.training.profiles import get_profile
 from nopelib.training.runs import run_key
 from nopelib.training.task_precision import task_profile
@@ -65,6 +72,10 @@ QUEUE: tuple[tuple[str, int], ...] = (
 CHECKPOINT_SECONDS = 120  # between a campaign run's checkpoints (about 0.5 s each to write)
 MIN_START_SECONDS = 600  # no run starts with less left: it would not reach a checkpoint worth it
 GRACE_SECONDS = 60  # past the deadline and one checkpoint interval, a run is stopped anyway
+# on a GPU: a run's checkpoints never come back, so they only tell the ledger its step, and
+# the default --min-start is short (a run that cannot finish loses its steps)
+CUDA_CHECKPOINT_SECONDS = 60
+CUDA_MIN_START_SECONDS = 120
 LEDGER = f"campaign_{PROFILE}.json"
 DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 CLOCK = re.compile(r"^(\d{1,2}):(\d{2})$")
@@ -77,12 +88,17 @@ def parse_until(text: str, now: datetime) -> datetime:
     if clock and int(clock[1]) < 24 and int(clock[2]) < 60:
         at = now.replace(hour=int(clock[1]), minute=int(clock[2]), second=0, microsecond=0)
         return at if at > now else at + timedelta(days=1)
+    return now + timedelta(seconds=parse_duration(text, "--until"))
+
+
+def parse_duration(text: str, flag: str = "--min-start") -> int:
+    """The seconds a duration names (``2h40m``, ``90m``, ``300s``); ``flag`` names it."""
     parts = DURATION.match(text)
     if not text or not parts or not any(parts.groups()):
-        raise ValueError(f"--until={text!r} is not allowed: a duration such as 2h40m, 90m or "
-                         "300s, or a UTC time such as 15:30")
+        raise ValueError(f"{flag}={text!r} is not allowed: a duration such as 2h40m, 90m or "
+                         "300s" + (", or a UTC time such as 15:30" if flag == "--until" else ""))
     hours, minutes, seconds = (int(p or 0) for p in parts.groups())
-    return now + timedelta(hours=hours, minutes=minutes, seconds=seconds)
+    return 3600 * hours + 60 * minutes + seconds
 
 
 def committed_seeds(folder: Path, task: str) -> set[int]:
@@ -103,9 +119,9 @@ def pending(folder: Path, queue: Sequence[tuple[str, int]] = QUEUE) -> list[tupl
     return [(task, seed) for task, seed in queue if seed not in held[task]]
 
 
-def key_of(task: str, seed: int) -> str:
-    """The run key the study trains (task, seed) under on this machine's CPU."""
-    return run_key(task, seed, task_profile(get_profile(PROFILE), task), "cpu")
+def key_of(task: str, seed: int, device: str = "cpu") -> str:
+    """The run key the study trains (task, seed) under on ``device`` (cpu or cuda)."""
+    return run_key(task, seed, task_profile(get_profile(PROFILE), task), device)
 
 
 def newest_step(checkpoints: Path, key: str) -> int:
@@ -129,10 +145,20 @@ def next_run(todo: Sequence[tuple[str, int]], busy: set[tuple[str, int]],
     return next((run for run in free if begun(*run)), free[0] if free else None)
 
 
-def trained_study_command(task: str, seed: int, out_dir: Path) -> list[str]:
-    """The command that trains one queued run and writes it into its study file."""
+def by_task(todo: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
+    """``todo`` with each task's runs together, the tasks in the order of their first run: on
+    a GPU the next task's missing seeds train side by side, as a batch of its seeds would."""
+    tasks = list(dict.fromkeys(task for task, _ in todo))
+    return sorted(todo, key=lambda run: tasks.index(run[0]))
+
+
+def trained_study_command(task: str, seed: int, out_dir: Path,
+                          device: str = "cpu") -> list[str]:
+    """The command that trains one queued run on ``device`` and writes it into its study
+    file."""
     return [sys.executable, "-m", "nopelib.studies.trained_study", "--profile", PROFILE,
-            "--tasks", task, "--seeds", str(seed), "--workers", "1", "--out-dir", str(out_dir)]
+            "--tasks", task, "--seeds", str(seed), "--workers", "1", "--device", device,
+            "--out-dir", str(out_dir)]
 
 
 @dataclass
@@ -162,9 +188,15 @@ def stop(process: subprocess.Popen) -> None:
             continue
 
 
+def on_cpu(run: dict) -> bool:
+    """Whether a ledger record's run trained on a CPU (no device: an early sitting); a GPU's
+    record counts its steps lost itself."""
+    return run.get("device", "cpu") == "cpu"
+
+
 def reached_before(ledger: Sequence[dict], key: str) -> int:
-    """The furthest step any sitting in ``ledger`` (its run records) reached on run ``key``."""
-    return max((run["to_step"] for run in ledger if run["key"] == key), default=0)
+    """The furthest step a CPU sitting in ``ledger`` (its run records) reached on ``key``."""
+    return max((r["to_step"] for r in ledger if r["key"] == key and on_cpu(r)), default=0)
 
 
 def elsewhere(ledger: Sequence[dict], todo: Sequence[tuple[str, int]]) -> list[str]:
@@ -172,7 +204,7 @@ def elsewhere(ledger: Sequence[dict], todo: Sequence[tuple[str, int]]) -> list[s
     another run key than this clone gives it (the training sources changed since): where its
     checkpoints can be resumed, a clone at the commit that trained it."""
     last: dict[tuple[str, int], dict] = {}
-    for run in ledger:  # the ledger is in sitting order: the newest record of a run wins
+    for run in filter(on_cpu, ledger):  # in sitting order: the newest record of a run wins
         last[run["task"], run["seed"]] = run
     out = []
     for task, seed in todo:
@@ -192,22 +224,30 @@ def read_ledger(path: Path) -> list[dict]:
 
 def run_campaign(until: datetime, out_dir: Path, streams: int = 1,
                  launch: Callable[[str, int, Path, Path], subprocess.Popen] | None = None,
-                 poll: float = 5.0, argv: Sequence[str] = ()) -> dict:
-    """Train queued runs until ``until`` on ``streams`` processes, writing each finished run
-    (by ``launch``: ``trained_study``) and the ledger into ``out_dir``; this sitting's run
+                 poll: float = 5.0, argv: Sequence[str] = (), device: str = "cpu",
+                 min_start: float | None = None) -> dict:
+    """Train queued runs until ``until`` on ``streams`` processes on ``device`` (no run
+    starting with less than ``min_start`` seconds left), writing each finished run (by
+    ``launch``: ``trained_study``) and the ledger into ``out_dir``; this sitting's run
     records (one per run it trained, each naming the sitting)."""
     start = time.perf_counter()
     cache = resolve_cache_dir()
     checkpoints, logs = cache / "checkpoints", cache / "campaign_logs"
     logs.mkdir(parents=True, exist_ok=True)
-    launch = launch or launch_run
+    cuda = device == "cuda"
+    if min_start is None:
+        min_start = CUDA_MIN_START_SECONDS if cuda else MIN_START_SECONDS
+    threads = max(1, (os.cpu_count() or 1) // streams) if cuda else 1  # a GPU's CPU cores
+    launch = launch or (lambda t, s, o, lg: launch_run(t, s, o, lg, device, threads))
     ledger_path = out_dir / LEDGER
     before = read_ledger(ledger_path)
     here = results.provenance("python -m nopelib.studies.campaign", list(argv), start)
     sitting = {"commit": here["commit"], "machine": here["machine"],
                "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                "started": here["date"], "until": until.isoformat(timespec="seconds"),
-               "streams": streams}
+               "streams": streams, "device": device}
+    if cuda and torch.cuda.is_available():
+        sitting["gpu"] = torch.cuda.get_device_name()
     records: list[dict] = []
     flights: list[Flight] = []
     failed: set[tuple[str, int]] = set()
@@ -227,12 +267,13 @@ def run_campaign(until: datetime, out_dir: Path, streams: int = 1,
         now = datetime.now(timezone.utc)
         left = (until - now).total_seconds()
         todo = [run for run in pending(out_dir) if run not in failed]
+        todo = by_task(todo) if cuda else todo
         busy = {(f.task, f.seed) for f in flights}
-        while len(flights) < streams and left >= MIN_START_SECONDS:
-            run = next_run(todo, busy, lambda t, s: begun(cache, key_of(t, s)))
+        while len(flights) < streams and left >= min_start:
+            run = next_run(todo, busy, lambda t, s: begun(cache, key_of(t, s, device)))
             if run is None:
                 break
-            key = key_of(*run)
+            key = key_of(*run, device)
             step = newest_step(checkpoints, key)
             record = {"task": run[0], "seed": run[1], "key": key, "from_step": step,
                       "to_step": step, "steps_lost": max(0, reached_before(before, key) - step),
@@ -245,6 +286,10 @@ def run_campaign(until: datetime, out_dir: Path, streams: int = 1,
         if not flights:
             break
         time.sleep(poll)
+        if cuda and datetime.now(timezone.utc) >= until:  # no checkpoint returns: stop all
+            for flight in flights:
+                with suppress(ProcessLookupError):
+                    os.killpg(flight.process.pid, signal.SIGTERM)
         for flight in list(flights):
             step = newest_step(checkpoints, flight.key)
             flight.record["wall_seconds"] = round(time.monotonic() - flight.started, 1)
@@ -256,7 +301,7 @@ def run_campaign(until: datetime, out_dir: Path, streams: int = 1,
             if done is None and past >= 0:
                 if flight.stop_after is None:
                     flight.stop_after = step
-                if step > flight.stop_after or past > CHECKPOINT_SECONDS + GRACE_SECONDS:
+                if cuda or step > flight.stop_after or past > CHECKPOINT_SECONDS + GRACE_SECONDS:
                     stop(flight.process)
                     done = flight.process.poll()
             if done is None:
@@ -267,7 +312,10 @@ def run_campaign(until: datetime, out_dir: Path, streams: int = 1,
             flight.record["finished"] = finished
             if finished:
                 flight.record["to_step"] = committed_steps(out_dir, flight.task, flight.seed)
-            elif datetime.now(timezone.utc) < until:  # it failed: not again this sitting
+            elif cuda:  # its checkpoints stay on this machine, which goes back
+                lost = flight.record["to_step"] - flight.record["from_step"]
+                flight.record["steps_lost"] += lost
+            if not finished and datetime.now(timezone.utc) < until:  # failed: not again
                 failed.add((flight.task, flight.seed))
                 print(f"{flight.task} seed {flight.seed} stopped with exit code {done} "
                       f"before the deadline; see {logs}", flush=True)
@@ -278,15 +326,18 @@ def run_campaign(until: datetime, out_dir: Path, streams: int = 1,
     return records
 
 
-def launch_run(task: str, seed: int, out_dir: Path, logs: Path) -> subprocess.Popen:
-    """Start ``trained_study_command`` for one run, in its own process group, one thread,
-    checkpointing every CHECKPOINT_SECONDS, its output in ``logs``."""
-    env = {**os.environ, "NOPELIB_ALLOW_SLOW": "1", "OMP_NUM_THREADS": "1",
-           "NOPELIB_CHECKPOINT_SECONDS": str(CHECKPOINT_SECONDS)}
+def launch_run(task: str, seed: int, out_dir: Path, logs: Path, device: str = "cpu",
+               threads: int = 1) -> subprocess.Popen:
+    """Start ``trained_study_command`` for one run on ``device``, in its own process group,
+    on ``threads`` CPU threads (one on the CPU), checkpointing every CHECKPOINT_SECONDS (on
+    cuda CUDA_CHECKPOINT_SECONDS), its output in ``logs``."""
+    every = CUDA_CHECKPOINT_SECONDS if device == "cuda" else CHECKPOINT_SECONDS
+    env = {**os.environ, "NOPELIB_ALLOW_SLOW": "1", "OMP_NUM_THREADS": str(threads),
+           "NOPELIB_CHECKPOINT_SECONDS": str(every)}
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
     log = open(logs / f"{task}_{seed}_{stamp}.log", "w")  # the child keeps the descriptor
     with log:
-        return subprocess.Popen(trained_study_command(task, seed, out_dir), env=env,
+        return subprocess.Popen(trained_study_command(task, seed, out_dir, device), env=env,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -296,11 +347,17 @@ def main(argv: list[str] | None = None) -> None:
         epilog="--streams 1 (the default) leaves a core free for other work; --streams 2 "
                "when nothing else needs the cores (1.14x the steps of one run on two "
                "threads). Run it from a clone at a fixed commit, with --out-dir pointing at "
-               "the checkout whose book/results you commit.")
+               "the checkout whose book/results you commit. On a GPU machine: "
+               "python -m nopelib.studies.campaign_gpu --help.")
     parser.add_argument("--until", required=True,
                         help="when to stop: a duration (2h40m, 90m) or a UTC time (15:30)")
-    parser.add_argument("--streams", type=int, default=1, choices=[1, 2],
-                        help="runs trained at once, one thread each (default 1)")
+    parser.add_argument("--device", default="cpu", choices=list(CAMPAIGN_STREAMS))
+    parser.add_argument("--streams", type=int, default=1,
+                        help=f"runs trained at once, one process each: 1 (the default) to "
+                             f"{CAMPAIGN_STREAMS['cpu']} on the CPU (one thread each), up to "
+                             f"{CAMPAIGN_STREAMS['cuda']} with --device cuda")
+    parser.add_argument("--min-start", metavar="DURATION",
+                        help="start no run with less left (default 10m, on cuda 2m)")
     parser.add_argument("--out-dir", type=Path, default=results.RESULTS_DIR,
                         help="folder of the study files and the ledger")
     parser.add_argument("--dry-run", action="store_true",
@@ -308,8 +365,16 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         until = parse_until(args.until, datetime.now(timezone.utc))
+        margin = None if args.min_start is None else parse_duration(args.min_start)
     except ValueError as exc:
         parser.error(str(exc))
+    most = CAMPAIGN_STREAMS[args.device]
+    if not 1 <= args.streams <= most:
+        parser.error(f"--streams={args.streams} is not allowed with --device {args.device}: "
+                     f"1 to {most} (up to {CAMPAIGN_STREAMS['cuda']} with --device cuda)")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device='cuda' is not allowed here: torch sees no CUDA device on this "
+                     "machine (--device cpu trains on its cores)")
     if not args.out_dir.is_dir():
         parser.error(f"--out-dir={str(args.out_dir)!r} is not allowed: an existing folder")
     for task, _ in QUEUE:
@@ -323,7 +388,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.dry_run or not todo:
         return
     records = run_campaign(until, args.out_dir, args.streams,
-                           argv=argv if argv is not None else sys.argv[1:])
+                           argv=argv if argv is not None else sys.argv[1:],
+                           device=args.device, min_start=margin)
     for run in records:
         print(f"{run['task']} seed {run['seed']}: "
               + ("finished" if run["finished"] else f"at step {run['to_step']:,}"))
