@@ -1,1 +1,1 @@
-"""The averaging theory: closed forms of the adjacency pattern at initialisation and along training, set beside block 1 of random models."""
+"""The averaging theory: closed forms of the adjacency pattern at initialisation and along training."""

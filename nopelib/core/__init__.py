@@ -1,1 +1,1 @@
-"""The objects of the paper: the model, the tasks, the metrics, the probes, the statistics, random models measured, and the checks of every input."""
+"""The objects of the paper: the model, the tasks, the metrics, the probes, the statistics, and the checks of every input."""
