@@ -371,7 +371,8 @@ def test_trained_study_reads_the_task_sequences():
     alone = probe_model(model, ids, [2], seeds=[0, 1], config=config, lengths=lengths)
     np.testing.assert_allclose(table[["nrmse", "r"]].to_numpy(),
                                alone[["nrmse", "r"]].to_numpy())
-    control = trained_study("reversal", 0, PROFILES["cpu"], 600, 2, [0], model, config, shuffle=True)
+    control = trained_study("reversal", 0, PROFILES["cpu"], 600, 2, [0], model, config,
+                            shuffle=True)
     assert set(control.layer) == {1} and len(control) == len(FEATURE_SETS)
 
 
