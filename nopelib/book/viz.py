@@ -358,3 +358,13 @@ def provenance_box(fields: dict[str, object]) -> str:
                     for k, v in fields.items())
     return (f'<details class="provenance"><summary>Provenance of this page</summary>'
             f"<ul>{items}</ul></details>")
+
+
+def provenance_line(prov: dict[str, object]) -> str:
+    """One sentence of where a committed result file came from, from its ``provenance``:
+    the command, commit, machine, torch, wall time and date (never the whole dict)."""
+    wall = prov.get("wall_seconds")
+    return (f"written by {prov['command']} at commit {str(prov['commit'])[:12]} on "
+            f"{prov['machine']} (torch {prov['torch']}"
+            + (f", {float(wall) / 60:.0f} min wall" if wall is not None else "")
+            + f", {str(prov['date'])[:10]})")
