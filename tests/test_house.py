@@ -1,8 +1,10 @@
 """The house: nopelib's wings, read from the code. A module imports from its own wing and the
 ones below it, never from one above; no two modules import each other, directly or around a
-circle; every module says its job in its docstring's first line."""
+circle; every module says its job in its docstring's first line, and README's wing map quotes
+each wing's."""
 
 import ast
+import importlib
 from pathlib import Path
 
 import nopelib
@@ -79,3 +81,14 @@ def test_no_module_is_over_400_lines():
     long = {rel: n for rel in sources.package_files()
             if (n := len((PACKAGE / rel).read_text().splitlines())) > 400}
     assert not long, f"modules over 400 lines: {long}"
+
+
+def test_the_readmes_wing_map_is_the_wings_docstrings():
+    # README's map of the package: one line per wing, highest first, each the first line of
+    # the wing's own docstring (its __init__), so that the map cannot drift from the code
+    readme = (PACKAGE.parent / "README.md").read_text()
+    shown = [line for line in readme.splitlines() if line.startswith("- `nopelib/")]
+    wanted = [f"- `nopelib/{wing}/` — "
+              + importlib.import_module(f"nopelib.{wing}").__doc__.splitlines()[0]
+              for wing in reversed(WINGS)]
+    assert shown == wanted
