@@ -103,12 +103,14 @@ def runs_table(s: TrainedStudy) -> pd.DataFrame:
 def campaign_table(ledger: Mapping, s: TrainedStudy) -> pd.DataFrame:
     """The campaign's queue (its ledger ``ledger``) against the study ``s``, one row per run:
     'committed' where its task's file holds the seed, else 'in flight' with the furthest step
-    a sitting reached, or 'queued'; and the sittings' wall hours on it."""
+    a CPU sitting reached (a GPU sitting's unfinished run keeps no checkpoint: its steps are
+    lost), or 'queued'; and the sittings' wall hours on it, on any device."""
     rows = []
     for task, seed in ledger["provenance"]["queue"]:
         mine = [r for r in ledger["runs"] if r["task"] == task and r["seed"] == seed]
         done = task in s.docs and seed in {r["seed"] for r in s.docs[task]["runs"]}
-        step = max((r["to_step"] for r in mine), default=None)
+        kept = [r["to_step"] for r in mine if r.get("device", "cpu") == "cpu"]
+        step = max(kept, default=None)
         state = "committed" if done else "in flight" if mine else "queued"
         hours = sum(r["wall_seconds"] for r in mine) / 3600
         rows.append({"task": task, "seed": seed, "state": state,
