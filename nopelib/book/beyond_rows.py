@@ -46,7 +46,7 @@ def beyond_rows(ev: Mapping[str, pd.DataFrame], p: Mapping[str, object]) -> list
     controls = ev["controls"]
     bid = claims.claim_table(init_claims.chance_control(controls[~controls.causal]), by="group")
     spec = ("beyond: bidirectional control", "(not in the paper) Without the causal mask the "
-            "pattern cannot form: every layer within 0.1 of 0.5.", "random_init",
+            "pattern cannot form: every layer within 0.1 of 0.5.", "random_init_more",
             "controls-the-paper-does-not-show")
     control = make_row(spec, f"every layer within {init_claims.NEAR_CHANCE:g} of 0.5",
                        model_of(replace(GPTConfig(), causal=False)), bid, "group",

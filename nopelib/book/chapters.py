@@ -149,7 +149,8 @@ RANDOM_INIT = ChapterSpec("random_init", with_costs(an.CHAPTER_PARAMS, RANDOM_IN
     ic.SMALL_SIGMA: "the-initialisation-study",
     ic.LARGE_SIGMA: "the-initialisation-study",
     ic.MEANS: "the-initialisation-study",
-    bc.SHORT_INPUTS: "length-beyond-the-paper-s-inputs-with-and-without-repeats",
+    # on the chapter's second page
+    bc.SHORT_INPUTS: "random_init_more/length-beyond-the-paper-s-inputs-with-and-without-repeats",
 })
 
 LONG_SEQUENCES = ChapterSpec("long_sequences", long_context.CHAPTER_PARAMS, dict(

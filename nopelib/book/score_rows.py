@@ -138,6 +138,9 @@ def model_of(configs: GPTConfig | Sequence[GPTConfig], note: str = "") -> tuple[
 
 
 def link(page: str, anchor: str) -> str:
+    """The link to a chapter's section; an ``anchor`` written ``"<page>/<anchor>"`` lies on
+    a page of the chapter's own (``chapters``: a chapter split into pages)."""
+    page, _, anchor = anchor.rpartition("/") if "/" in anchor else (page, "", anchor)
     return f'<a href="{page}.html#{anchor}">{page.replace("_", " ")}</a>'
 
 

@@ -63,7 +63,9 @@ def test_the_check_cell_follows_the_parameters_and_calls_the_spec(chapter):
 
 
 def test_the_chapter_and_the_scorecard_make_the_same_study_calls():
-    code = "".join("".join(c["source"]) for c in cells("random_init"))
+    # the chapter and its second page (controls and length)
+    code = "".join("".join(c["source"]) for page in ("random_init", "random_init_more")
+                   for c in cells(page))
     for fn in ("init_base", "init_sigmas", "init_grid", "init_grid_predicted",
                "init_controls"):
         assert f"chapters.{fn}(params)" in code
