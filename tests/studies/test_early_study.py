@@ -17,7 +17,8 @@ from nopelib.book import viz_trained
 from nopelib.rules import beyond_claims
 from nopelib.store import cache
 from nopelib.results import files as results, schema
-from nopelib.studies import early_study, early_tables
+from nopelib.book import early_tables
+from nopelib.studies import early_study
 from nopelib.training import profiles
 
 TINY = replace(profiles.PROFILES["study"], model=GPTConfig(n_layer=2, n_head=2, n_embd=16),
