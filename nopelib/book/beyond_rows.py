@@ -42,7 +42,7 @@ def beyond_rows(ev: Mapping[str, pd.DataFrame], p: Mapping[str, object]) -> list
         measured=f"same side in {agree} of {len(pred)} configurations",
         verdict=claims.overall(sides), evidence=f"live: {len(pred)} configurations x "
         f"{p['grid_seeds']} seeds, prediction from the initialisation alone",
-        section=link("random_init", "depth-and-width-predicted-then-measured"))
+        section=link("random_init_more", "depth-and-width-predicted-then-measured"))
     controls = ev["controls"]
     bid = claims.claim_table(init_claims.chance_control(controls[~controls.causal]), by="group")
     spec = ("beyond: bidirectional control", "(not in the paper) Without the causal mask the "

@@ -145,7 +145,7 @@ RANDOM_INIT = ChapterSpec("random_init", with_costs(an.CHAPTER_PARAMS, RANDOM_IN
     ic.LAYER0: "the-adjacency-score-per-layer",
     ic.LAYER1: "the-adjacency-score-per-layer",
     ic.EVERY_TASK: "the-adjacency-score-per-layer",
-    ic.THE_GRID: "depth-and-width-predicted-then-measured",
+    ic.THE_GRID: "random_init_more/depth-and-width-predicted-then-measured",
     ic.SMALL_SIGMA: "the-initialisation-study",
     ic.LARGE_SIGMA: "the-initialisation-study",
     ic.MEANS: "the-initialisation-study",
