@@ -116,8 +116,8 @@ def bpc_table(study: PastLength) -> pd.DataFrame:
     if study.bpc.empty:
         return pd.DataFrame()
     g = study.bpc.groupby(["encoding", "length"]).bpc
-    cell = (g.mean().round(3).astype(str) + " ± " + g.std(ddof=1).round(3).astype(str)
-            .replace("nan", "–") + " (" + g.size().astype(str) + ")")
+    sd = g.std(ddof=1).map(lambda v: "–" if pd.isna(v) else f"{v:.3f}")  # one seed: none
+    cell = g.mean().map(lambda v: f"{v:.3f}") + " ± " + sd + " (" + g.size().astype(str) + ")"
     table = cell.unstack("length").reindex(
         [e for e in rule.LENGTH_ENCODINGS if e in set(study.bpc.encoding)])
     return table.rename(index=NAMES).fillna("")

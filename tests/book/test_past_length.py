@@ -63,6 +63,13 @@ def test_an_empty_folder_reads_as_nothing_committed(tmp_path) -> None:
     assert "NoPE 0, RoPE 0, ALiBi 0" in rows[0]["measured"]
 
 
+def test_one_seed_is_shown_with_no_spread(one_run, tmp_path) -> None:
+    study_file(one_run, tmp_path, ("none",), (0,), {"none": 0.3})
+    table = pl.bpc_table(pl.read(tmp_path))
+    assert list(table.index) == ["NoPE"]
+    assert all(cell.endswith(" ± – (1)") for cell in table.loc["NoPE"])
+
+
 def test_too_few_seeds_are_counted_not_judged(one_run, tmp_path) -> None:
     study_file(one_run, tmp_path, ("none", "rope"), (0, 1, 2),
                {"none": 0.3, "rope": 1.5})
