@@ -13,7 +13,7 @@ from nopelib.results.checks import (bad_value, check_distinct, check_fields, che
 from nopelib.results.kinds import learning_rates
 from nopelib.results.schema import (LOSSES, SECONDS, SEED_FIELD, SHARE, STEPS, Rule, int_rule,
                                     iso_date, list_of, object_rule, one_of, text_rule)
-from nopelib.results.text_kind import BPC, TEXT_SPLITS
+from nopelib.results.text_kind import BPC, TEXT_SPLITS, TRAINED_TEXT
 from nopelib.rules.length_claims import CURVE_BIN, LENGTH_ENCODINGS, lengths_read
 from nopelib.training.text_lm import TextProfile
 
@@ -24,15 +24,7 @@ MADE: dict[str, Rule] = {"commit": (text_rule, "a git commit"), "machine": (text
                          "date": (iso_date, "an ISO 8601 date"), "wall_seconds": SECONDS}
 LENGTH_RUN: dict[str, Rule] = {
     "encoding": one_of(LENGTH_ENCODINGS),
-    "seed": SEED_FIELD,
-    "steps": STEPS,
-    "train_seconds": SECONDS,
-    "curve_seconds": SECONDS,
-    "measure_seconds": SECONDS,
-    "resumed_at": list_of(int_rule(1), "a list of steps >= 1"),
-    "loss_curve": list_of(LOSSES[0], "a list of finite losses >= 0"),
-    "curve": object_rule("an object of lists, one value per curve point"),
-    "test_bpc": BPC,
+    **TRAINED_TEXT,
     "bpc": object_rule("bits per character per length"),
     "sharpened": object_rule("NoPE's bits per character per length with the temperature"),
     "position_bits": list_of(BPC[0], "a list of bits per character"),

@@ -34,9 +34,8 @@ TEXT_PROVENANCE_OPTIONAL: dict[str, Rule] = {
     "seeds": SEEDS_FIELD,
 }
 TEXT_WINDOWS: dict[str, Rule] = {"n": STEPS, "seed": SEED_FIELD, "split": one_of(TEXT_SPLITS)}
-# a run of the text study (nopelib.studies.text_study): a language model, no task
-TEXT_RUN: dict[str, Rule] = {
-    "encoding": one_of(TEXT_ENCODINGS),
+# what every trained text model's run holds (text_lm.train_text's metrics and times)
+TRAINED_TEXT: dict[str, Rule] = {
     "seed": SEED_FIELD,
     "steps": STEPS,
     "train_seconds": SECONDS,
@@ -44,9 +43,14 @@ TEXT_RUN: dict[str, Rule] = {
     "measure_seconds": SECONDS,
     "resumed_at": list_of(int_rule(1), "a list of steps >= 1"),
     "loss_curve": list_of(LOSSES[0], "a list of finite losses >= 0"),
-    "val_bpc": BPC,
     "test_bpc": BPC,
     "curve": object_rule("an object of lists, one value per curve point"),
+}
+# a run of the text study (nopelib.studies.text_study): a language model, no task
+TEXT_RUN: dict[str, Rule] = {
+    "encoding": one_of(TEXT_ENCODINGS),
+    **TRAINED_TEXT,
+    "val_bpc": BPC,
     "scores": object_rule("an object with init and trained: per length, mean and sd per layer"),
     "probes": rows_rule("{stage, length, layer, features, seed, nrmse, r}"),
     "samples": rows_rule("{prompt, text}"),
