@@ -26,9 +26,8 @@ from nopelib.averaging.theory import (embedding_ratio, gram_cosine, layer0_expec
 from nopelib.averaging.theory_config import closed_form_ratio, predict_config_score
 from nopelib.core.metrics import cosine_similarity_matrix, layer_scores
 from nopelib.core.model import GPTConfig
-from nopelib.core.params import Choice, Float, Int, ListOf
 from nopelib.core.stats import normal_interval, pooled_sd, seed_interval
-from nopelib.core.tasks import TASKS, encode, encode_inputs, sample_inputs
+from nopelib.core.tasks import encode, encode_inputs, sample_inputs
 from nopelib.averaging.block1 import block1_activations, measure_value_scale
 from nopelib.core.one_model import length_tokens, random_model, study_texts
 
@@ -210,7 +209,7 @@ def length_predictions(sources: Mapping[str, int | None], lengths: Sequence[int]
 def length_series(runs: Mapping[str, pd.DataFrame], predicted: pd.DataFrame,
                   layers: Sequence[int]
                   ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict[str, np.ndarray]]:
-    """What ``viz_init.length_study`` draws: ({"<kind>, layer <l>": (mean, std) over sequences
+    """What ``random_init.length_study`` draws: ({"<kind>, layer <l>": (mean, std) over sequences
     against length}, {"<kind>, layer 1 predicted": mean prediction against length}).
     ``runs`` maps each kind to its ``analysis.length_scores`` frame, ``predicted`` is
     ``length_predictions``."""
@@ -260,53 +259,6 @@ def length_falls(both: pd.DataFrame, short: int, long: int, level: float) -> pd.
         rows[name] = dict(fall=mean_fall, half=half, predicted=float(pred_fall.mean()),
                           predicted_min=float(pred_fall.min()))
     return pd.DataFrame.from_dict(rows, orient="index")
-
-
-# The rules of the averaging chapter's parameters (its spec: ``nopelib.book.chapters``).
-# Upper bounds are rough costs on the 2-core development machine, far
-# above the defaults; the reason is in each message.
-CHAPTER_PARAMS = {
-    "task": Choice(TASKS),
-    "n_texts": Int(min=1, max=2048, why="each input is scored by the 52 models of the sweep "
-                   "and the large-sigma study: ~0.5 s per input, ~17 min at 2048"),
-    "n_long": Int(min=1, max=1024, why="each input runs through block 1 of the 20 sweep "
-                  "models and enters all n_null replicates: ~0.5 s per input, ~9 min at 1024"),
-    "n_models": Int(min=1, max=1024, why="each model is built and enters all n_null "
-                    "replicates (~1 ms each): ~0.6 s per model, ~10 min at 1024"),
-    "sweep_seeds": Int(min=1, max=128, why="each seed builds one model per sigma of the sweep "
-                       "(10 at the defaults, ~0.8 s each): ~8 s per seed, ~17 min at 128"),
-    "n_grid": Int(min=2, max=500, why="each sigma builds sweep_seeds models (~0.8 s each) "
-                  "and adds a frame to two sliders: ~1.6 s per sigma, ~13 min at 500"),
-    "mc_draws": Int(min=2, max=100_000, why="the Monte Carlo holds 3 arrays of mc_draws x 22 x "
-                    "mc_dim float64: 3.4 GB at 100,000 draws of width 64"),
-    "mc_dim": Int(min=1, max=4096, why="4.3 GB at width 4096 and 2,000 draws").where(
-        lambda dim, p: dim * p["mc_draws"] <= 2**23,
-        "mc_draws x mc_dim <= 8,388,608 (the Monte Carlo's 3 arrays of mc_draws x 22 x mc_dim "
-        "float64: 4.4 GB)"),
-    "level": Float(min=0.5, max=1.0, open=True),
-    "n_null": Int(min=20, max=100_000, why="~3 ms per replicate at the defaults: ~6 min at "
-                  "100,000"),
-    "archs": ListOf(ListOf(Int(min=1), min_len=2, max_len=2), max_len=16,
-                    why="each architecture builds thr_seeds models and scores them at every "
-                        "threshold sigma: ~5 s each at the defaults, ~1.5 min at 16").where(
-        lambda v, p: all(len(a) == 2 and a[1] % 6 == 0 for a in v),
-        "pairs [n_layer, n_embd] with n_embd divisible by the 6 heads").where(
-        lambda v, p: all(a[0] <= 96 and 12 * a[0] * a[1] ** 2 <= 1.2e9 for a in v),
-        "n_layer <= 96 and at most 1.2 G parameters per model (12 x n_layer x n_embd^2: 4.8 GB "
-        "of float32 weights, built whole for every seed)"),
-    "thr_seeds": Int(min=2, max=256, why="each seed builds every architecture (~1.5 s each at "
-                     "the defaults): ~5 s per seed, ~20 min at 256"),
-    "thr_texts": Int(min=1, max=512, why="each adds one input per task to 3 architectures x "
-                     "thr_seeds x thr_grid scorings (~10 ms each): ~2 s, ~17 min at 512"),
-    "thr_grid": Int(min=3, max=200, why="each sigma scores 4 x thr_texts inputs with every "
-                    "architecture and seed: ~3 s per sigma, ~10 min at 200"),
-    "excess_seeds": Int(min=2, max=1024, why="each seed builds one base model and scores "
-                        "n_texts inputs at every excess sigma: ~0.6 s per seed, ~10 min at "
-                        "1024"),
-    "excess_sigmas": ListOf(Float(min=0.1), unique=True, max_len=64,
-                            why="each sigma scores n_texts inputs with excess_seeds models: "
-                                "~4 s per sigma, ~4 min at 64"),
-}
 
 
 # the initial pattern of a trained profile's architecture (the trained chapter)

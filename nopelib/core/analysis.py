@@ -17,10 +17,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from nopelib.core.cost import Cost
 from nopelib.core.metrics import adjacency_score, cosine_similarity_matrix, layer_scores
 from nopelib.core.model import GPTConfig
-from nopelib.core.params import Choice, Float, Int, ListOf
 from nopelib.core.stats import summarize
 from nopelib.core.tasks import TASKS, sample_inputs
 from nopelib.core.one_model import length_tokens, random_model, similarity_matrices, study_texts
@@ -115,7 +113,7 @@ def seed_series(
     """Mean and std over seeds of ``score`` against ``x``, one series per group of ``by``.
 
     ``label`` formats a series' name from the group's values (e.g. ``"μ={init_mean:g}"``);
-    by default the values are joined. The result is what ``viz.score_lines`` draws.
+    by default the values are joined. The result is what ``random_init.score_lines`` draws.
     """
     keys = [by] if isinstance(by, str) else list(by)
     series = {}
@@ -197,61 +195,3 @@ def slider_frames(
         for layer, (m, s) in enumerate(zip(mats, adjacency_score(mats))):
             matrices[std, layer], scores[std, layer] = m, float(s)
     return matrices, scores
-
-
-# The rules of the random-initialisation chapter's parameters; its defaults and claims are its
-# spec, ``nopelib.book.chapters.RANDOM_INIT``. Upper bounds are rough costs on the 2-core
-# development machine, far above the defaults; the reason is in each message.
-CHAPTER_PARAMS = {
-    # claim 3's spreads and tolerances need two or more
-    "n_seeds": Int(min=2, max=200, why="each seed scores 26 base models (Figure 1 in two "
-                   "readings, 18 initialisations, 6 controls), ~0.8 s each at 16 inputs per "
-                   "task: ~20 s per seed, ~1.1 h at 200").costing(
-        Cost(("n_seeds", "inputs_per_task"), 1.0,
-             "~1 s: 26 base models x 4 inputs of ~10 ms each")),
-    "inputs_per_task": Int(min=1, max=2048, why="each adds 4 inputs (~10 ms each) to 26 "
-                           "models per seed: ~3 s at 3 seeds, ~1.7 h at 2048, and a batch of "
-                           "states of ~2 GB"),
-    "heatmap_task": Choice(TASKS),
-    "init_means": ListOf(Float(min=-1e6, max=1e6), max_len=32,
-                         why="each mean adds 2 x len(init_stds) x n_seeds models (18 at the "
-                             "defaults, ~0.8 s each): ~15 s per mean, ~8 min at 32").costing(
-        Cost(("init_means", "init_stds", "n_seeds"), 1.6,
-             "~1.6 s: 2 models (two readings) of ~0.8 s each")),
-    "init_stds": ListOf(Float(min=0.0, max=1e6, open=True), max_len=32,
-                        why="each std adds 2 x len(init_means) x n_seeds models and a slider "
-                            "frame: ~15 s per std, ~8 min at 32"),
-    "gone_margin": Float(min=0.0, max=0.5),
-    "grid_layers": ListOf(Int(min=1, max=96, why="96 layers x 768 wide is 0.68 G parameters, "
-                              "~1 min per seed"),
-                          max_len=8, why="each depth adds len(grid_widths) x grid_seeds "
-                                         "models (9 at the defaults), up to ~15 s each"),
-    "grid_widths": ListOf(Int(min=6, max=3072, why="6 layers x 3072 wide is 0.68 G "
-                              "parameters, ~1 min per seed").where(
-                              lambda w, _: w % 6 == 0, "a multiple of the 6 heads"),
-                          max_len=8, why="each width adds len(grid_layers) x grid_seeds "
-                                         "models (9 at the defaults), up to ~15 s each").where(
-        lambda ws, p: 12 * max(p["grid_layers"]) * max(ws) ** 2 <= 1.2e9,
-        "the deepest and widest grid model at most 1.2 G parameters (12 x n_layer x n_embd^2: "
-        "4.8 GB of float32 weights; 24 x 768 is 0.17 G)"),
-    # the tolerance is derived from the spread over seeds
-    "grid_seeds": Int(min=2, max=100, why="each seed scores the 9 grid models, ~30 s in all "
-                      "at the defaults: ~50 min at 100"),
-    "grid_inputs_per_task": Int(min=1, max=512, why="~4 s per input per task for the 9 grid "
-                                "models x 3 seeds: ~35 min at 512, where the 24 x 768 model's "
-                                "states of 4 x 512 inputs take 3.5 GB"),
-    "level": Float(min=0.5, max=1.0, open=True),
-    "lengths": ListOf(Int(min=3, max=8192, why="the [7, T, T] float32 similarity matrices "
-                          "take 1.9 GB at T = 8192"),
-                      max_len=32, why="each length is scored on all 2 x length_seeds x "
-                                      "length_seqs sequences, up to ~10 s each at T = 8192"),
-    "length_seeds": Int(min=1, max=32, why="each seed adds 2 x length_seqs sequences, ~1 s "
-                        "each at lengths <= 512 and ~1 min at 8192: ~4 min at 32 (defaults)"),
-    "length_seqs": Int(min=1, max=32, why="each adds 2 x length_seeds sequences, ~1 s each at "
-                       "lengths <= 512 and ~1 min at 8192: ~2 min at 32 (defaults)"),
-    "control_vocab": Int(min=2, max=2**20, why="the control model's embedding is "
-                         "control_vocab x 384 float32: 1.6 GB at 2^20").where(
-        lambda v, p: v * max(p["lengths"]) <= 2**31,
-        "control_vocab x max(lengths) <= 2^31 (the forward pass makes logits of that many "
-        "float32: 8 GB)"),
-}

@@ -4,7 +4,7 @@ A chapter of the book is run three ways: by the book build at its defaults, by p
 some parameters overridden, and through the scorecard, which judges the paper's claims on the
 chapters' own studies at their defaults. All three read one ``ChapterSpec`` from the package:
 
-    CHAPTER = ChapterSpec("random_init", CHAPTER_PARAMS, defaults={"n_seeds": 10, ...},
+    CHAPTER = ChapterSpec("random_init", RULES, defaults={"n_seeds": 10, ...},
                           claims={init_claims.LAYER0: "the-adjacency-score-per-layer", ...})
 
 The chapter's ``parameters`` cell (the one papermill rewrites) holds the same defaults as
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from nopelib.core.cost import Cost
 from nopelib.core.params import Rule, check_params
 
 
@@ -64,3 +65,17 @@ class ChapterSpec:
         values = {**copy.deepcopy(dict(self.defaults)), **overrides}
         check_params(self.rules, values)
         return values
+
+
+def with_costs(rules: Mapping[str, Rule],
+               costs: Mapping[str, tuple[Cost, ...]]) -> dict[str, Rule]:
+    """A chapter's rules with joint costs (``params.Rule.costing``) on the parameters named in
+    ``costs``: parameters each within its own bound can still run for a day together, and a
+    chapter refuses that before any work (``NOPELIB_ALLOW_SLOW=1`` lifts it with a warning).
+    Each chapter's module (``nopelib.book``) attaches them, not the study modules, so that no
+    study's cache key moves when a chapter's costs do."""
+    out = dict(rules)
+    for name, extra in costs.items():
+        for cost in extra:
+            out[name] = out[name].costing(cost)
+    return out

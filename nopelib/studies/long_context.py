@@ -42,7 +42,7 @@ from nopelib.averaging.theory_config import comparison_model, predict_config_sco
 from nopelib.core.cost import Cost
 from nopelib.core.metrics import adjacency_score, cosine_similarity_matrix
 from nopelib.core.model import GPTConfig
-from nopelib.core.params import SEED, Float, Int, ListOf
+from nopelib.core.params import SEED, Int, ListOf
 from nopelib.core.stats import t_interval
 from nopelib.rules.beyond_claims import ORDER_LEVEL
 from nopelib.results import files as results, guard
@@ -323,7 +323,7 @@ def joint_cost(flag: str = "") -> Cost:
                            f"at width {GPTConfig().n_embd})")
 
 
-def _windows(flag: str = "", min_len: int = 1) -> ListOf:
+def windows_rule(flag: str = "", min_len: int = 1) -> ListOf:
     """Sliding windows, each at most T (the parameter ``flag`` + "T")."""
     return ListOf(Int(min=1), unique=True, min_len=min_len, max_len=4,
                   why="each window adds one base-width model per seed").where(
@@ -337,17 +337,6 @@ WIDTHS = ListOf(Int(min=6, max=1536, why="a 1536-wide model at 8,192 tokens is ~
 SEEDS = ListOf(SEED, unique=True, min_len=3, max_len=20,
                why="the seed is the unit (3 for an interval); each adds one model per width "
                    "and window")
-# The rules of the long-sequence chapter's parameters (its spec: ``nopelib.book.chapters``).
-# Upper bounds: rough costs on the 2-core development machine; the reason is in each message.
-CHAPTER_PARAMS = {
-    "T": Int(min=MIN_OCTAVE, max=8192, why="a [7, T, T] float32 similarity tensor per model: "
-             "1.9 GB and ~2 min per model at 8,192"),
-    "widths": WIDTHS,
-    "seeds": SEEDS.costing(joint_cost()),
-    "windows": _windows(),
-    "layer": Int(min=0, max=6, why="the base model has 6 blocks"),
-    "level": Float(min=0.5, max=1.0, open=True),
-}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -372,7 +361,7 @@ def main(argv: list[str] | None = None) -> None:
                             "tensor: 1.9 GB at 8,192, 7.5 GB at 16,384")),
         "--widths": (args.widths, WIDTHS),
         "--seeds": (args.seeds, SEEDS.costing(joint_cost("--"))),
-        "--windows": (args.windows, _windows("--", min_len=0)),
+        "--windows": (args.windows, windows_rule("--", min_len=0)),
     })
     would = guard.summary("long", {"T": args.T, "n_embd": args.widths,
                                           "window": args.windows, "seed": args.seeds})

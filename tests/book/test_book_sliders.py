@@ -12,7 +12,7 @@ import itertools
 
 import numpy as np
 
-from nopelib.book.viz import heatmap_two_sliders
+from nopelib.book.random_init import heatmap_two_sliders
 
 FIGURE = """() => [...document.querySelectorAll('.plotly-graph-div')]
                   .findIndex(d => d.querySelectorAll('g.slider-group').length === 2)"""

@@ -127,3 +127,13 @@ def test_params_are_checked_copies_and_check_reads_a_namespace():
     assert dict(spec.check(namespace)) == {"n": 4, "xs": [0]}
     with pytest.raises(ValueError, match=r"xs=\[-1\] is not allowed"):
         spec.check({"n": 4, "xs": [-1]})
+
+
+def test_a_second_page_reads_its_chapters_rules_and_defaults():
+    # random_init_more's studies are the chapter's and the scorecard's cached calls only
+    # while its parameters are the chapter's: same rules (costs included), same defaults
+    more, parent = chapters.RANDOM_INIT_MORE, chapters.RANDOM_INIT
+    assert set(more.rules) < set(parent.rules) and not more.claims
+    for name in more.rules:
+        assert more.rules[name] is parent.rules[name], name
+        assert more.defaults[name] == parent.defaults[name], name

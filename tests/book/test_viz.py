@@ -1,5 +1,6 @@
-"""Figures of nopelib.book.viz: importing changes no global plotly setting; the book's renderer is
-set by an explicit call; the line slider shows one step's lines at a time."""
+"""Figures of nopelib.book.viz and of the chapters' modules (averaging_effect, random_init):
+importing changes no global plotly setting; the book's renderer is set by an explicit call;
+the σ slider shows one step's rows and matrix at a time."""
 
 import subprocess
 import sys
@@ -7,8 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from nopelib.book import viz_init
-from nopelib.book.viz import BookRenderer, line_slider
+from nopelib.book import averaging_effect as ae, random_init as ri
+from nopelib.book.viz import BookRenderer
 
 
 def test_import_leaves_plotly_alone_and_the_call_sets_the_book_renderer():
@@ -27,17 +28,22 @@ def test_book_renderer_emits_plotly_json_and_an_html_twin():
     assert "Plotly.newPlot" in bundle["text/html"]
 
 
-def test_line_slider_shows_one_step_at_a_time():
-    x = np.arange(3)
-    frames = {"a": {"measured": x * 1.0, "predicted": x * 2.0},
-              "b": {"measured": x * 3.0, "predicted": x * 4.0}}
-    fig = line_slider(x, frames, "σ", "rows", "k", "score")
-    assert [t.name for t in fig.data] == ["measured", "predicted"] * 2
-    assert [t.visible for t in fig.data] == [True, True, False, False]
+def test_the_sigma_slider_shows_one_steps_rows_and_matrix_at_a_time():
+    rows = np.array([[0.9, 0.8], [0.6, 0.5]])  # 2 sigmas x rows k = 2, 3
+    pred = rows + 0.01
+    cos = [np.eye(4), np.eye(4) * 0.5]
+    fig = ae.sigma_slider([0.02, 0.2], rows, pred, cos, list("ab1c"), "t")
+    assert [t.type for t in fig.data] == ["scatter", "scatter", "heatmap"] * 2
+    assert [t.visible for t in fig.data] == [True] * 3 + [False] * 3
     step = fig.layout.sliders[0].steps[1]
-    assert step.args[0]["visible"] == [False, False, True, True]
-    assert step.args[1]["title"] == "rows, σ = b"
-    np.testing.assert_array_equal(fig.data[3].y, x * 4.0)
+    assert step.label == "0.2" and step.args[0]["visible"] == [False] * 3 + [True] * 3
+    assert step.args[1]["title"] == "t, σ = 0.2"
+    np.testing.assert_array_equal(fig.data[3].x, [2, 3])
+    np.testing.assert_array_equal(fig.data[4].y, pred[1])
+    np.testing.assert_array_equal(fig.data[5].z, cos[1])
+    # a repeated character keeps its own position: positions on the axis, characters as ticks
+    assert list(fig.layout.xaxis2.ticktext) == list("ab1c")
+    assert list(fig.layout.xaxis2.tickvals) == [0, 1, 2, 3]
 
 
 # --- issue 14: numbers for the chapters' Markdown ---
@@ -63,7 +69,7 @@ def test_glue_numbers_stores_plain_python_numbers(monkeypatch):
 def test_random_init_figures_hold_their_series():
     import pandas as pd
 
-    from nopelib.book.viz_init import length_study, predicted_vs_measured
+    from nopelib.book.random_init import length_study, predicted_vs_measured
     table = pd.DataFrame({"config": ["6 × 192", "6 × 768"], "predicted": [0.6, 0.97],
                           "measured": [0.57, 0.93], "tolerance": [0.02, 0.01]})
     fig = predicted_vs_measured(table, "t")
@@ -75,15 +81,14 @@ def test_random_init_figures_hold_their_series():
 
 
 def test_sigma_sweep_figure_and_attention_cosine_checks():
-    from nopelib.book import viz
-    assert not hasattr(viz, "sigma_sweep")  # the figure's name is not the study's
+    assert not hasattr(ae, "sigma_sweep")  # the figure's name is not the study's
     grid = np.geomspace(1e-3, 1, 5)
-    fig = viz.sigma_sweep_figure(grid, np.linspace(1, 0.5, 5), grid[:2],
-                                 {"h1": (np.array([0.9, 0.8]), np.array([0.01, 0.02]))},
-                                 [0.02], 0.75, "t")
+    fig = ae.sigma_sweep_figure(grid, np.linspace(1, 0.5, 5), grid[:2],
+                                {"h1": (np.array([0.9, 0.8]), np.array([0.01, 0.02]))},
+                                [0.02], 0.75, "t")
     assert [t.name for t in fig.data] == ["prediction (Gaussian, e + a)", "h1"]
     C = np.eye(3)
-    fig = viz.attention_cosine_checks(C, C * 0.5, C * 0.25, "t")
+    fig = ae.attention_cosine_checks(C, C * 0.5, C * 0.25, "t")
     assert len(fig.data) == 4 and list(fig.data[0].x) == ["1", "2", "3"]
     np.testing.assert_array_equal(fig.data[3].z, C * 0.5)
 
@@ -93,7 +98,6 @@ def test_explorers_draw_what_their_compute_returns(monkeypatch):
 
     import plotly.graph_objects as go
 
-    from nopelib.book import viz
     shown = []
     monkeypatch.setattr(go.Figure, "show", lambda self, *a, **k: shown.append(self))
     calls = []
@@ -102,7 +106,7 @@ def test_explorers_draw_what_their_compute_returns(monkeypatch):
         calls.append((sigma, length))
         return np.eye(length), np.eye(length) * 0.5
 
-    show = viz.sigma_explorer(pair, list("rev(12)="))
+    show = ae.sigma_explorer(pair, list("rev(12)="))
     assert list(inspect.signature(show).parameters) == ["log10_sigma", "length"]
     show(-1.0, 4)
     assert calls == [(0.1, 4)] and list(shown[-1].data[0].x) == list("rev(")
@@ -112,7 +116,7 @@ def test_explorers_draw_what_their_compute_returns(monkeypatch):
         calls.append(kwargs)
         return np.eye(3), 0.75
 
-    show = viz_init.init_explorer(one, list("abc"), n_layer=6)
+    show = ri.init_explorer(one, list("abc"), n_layer=6)
     assert list(inspect.signature(show).parameters) == ["reading", "mean", "log10_std",
                                                         "layer"]
     show("all", 4.0, -2.0, 3)

@@ -96,7 +96,7 @@ def test_cli_refuses_bad_flags_before_work(tmp_path, capsys):
 
 
 def test_figures_draw_every_model_and_the_prediction():
-    from nopelib.book import viz_long
+    from nopelib.book import long_sequences, viz_long
 
     runs = [{"n_embd": SMALL.n_embd, "window": w, "seed": s,
              **lc.long_run(SMALL, s, 64, [32, 64], w)} for w in (None, 8) for s in range(3)]
@@ -106,9 +106,9 @@ def test_figures_draw_every_model_and_the_prediction():
     assert "32 wide, layer 1" in names and "32 wide, window 8, layer 1 predicted" in names
     assert len(fig.data) == 2 * 3  # per model: two layers and the prediction
     res = lc.resolution(frames["order"])
-    assert len(viz_long.resolution_lines(res, 1, "t").data) == 4  # measured + predicted
-    assert len(viz_long.resolution_lines(res, 2, "t").data) == 2  # no prediction past 1
-    curves = viz_long.order_curves(frames["order"], SMALL.n_embd, 0, 1, 0.75, "t")
+    assert len(long_sequences.resolution_lines(res, 1, "t").data) == 4  # measured + predicted
+    assert len(long_sequences.resolution_lines(res, 2, "t").data) == 2  # no prediction past 1
+    curves = long_sequences.order_curves(frames["order"], SMALL.n_embd, 0, 1, 0.75, "t")
     assert len(curves.data) == 2 * len(lc.octaves(64))
     up_to = lc.resolved_up_to(res)
     assert set(up_to.model) == {"32 wide", "32 wide, window 8"}
