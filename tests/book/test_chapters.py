@@ -137,3 +137,23 @@ def test_a_second_page_reads_its_chapters_rules_and_defaults():
     for name in more.rules:
         assert more.rules[name] is parent.rules[name], name
         assert more.defaults[name] == parent.defaults[name], name
+
+
+def test_the_registry_names_the_chapter_modules_specs_and_the_studies_hold_no_rules(
+        monkeypatch):
+    from nopelib.averaging import theory_studies
+    from nopelib.book import averaging_effect, long_sequences, random_init
+    from nopelib.core import analysis
+    from nopelib.core.cost import ALLOW_SLOW_ENV
+    from nopelib.studies import long_context
+
+    assert chapters.AVERAGING_EFFECT is averaging_effect.CHAPTER
+    assert chapters.RANDOM_INIT is random_init.CHAPTER
+    assert chapters.RANDOM_INIT_MORE is random_init.MORE
+    assert chapters.LONG_SEQUENCES is long_sequences.CHAPTER
+    for module in (theory_studies, analysis, long_context):
+        assert not hasattr(module, "CHAPTER_PARAMS"), module.__name__
+    # the second page refuses what the chapter refuses: a joint cost travels with its rule
+    monkeypatch.delenv(ALLOW_SLOW_ENV, raising=False)
+    with pytest.raises(ValueError, match="grid_inputs_per_task"):
+        chapters.RANDOM_INIT_MORE.params(grid_seeds=100, grid_inputs_per_task=512)
