@@ -1,19 +1,19 @@
 """Every chapter's spec (defaults, rules, claims) and the studies it shares with the scorecard.
 
 One ``ChapterSpec`` per notebook (``nopelib.core.chapter``): the defaults of its parameters
-cell, the rules in its study module (``CHAPTER_PARAMS``), and the paper's claims it judges with
+cell, the rules of its parameters (``CHAPTER_PARAMS``), and the paper's claims it judges with
 the section that judges each (the labels defined in ``nopelib.rules``). A chapter with a module
-of its own in this wing (``averaging_effect``, ``random_init``, ``long_sequences``) declares
-its spec there, its rules and costs with it, and this registry names it
-(``RANDOM_INIT = random_init.CHAPTER``). A chapter starts
-with ``params = RANDOM_INIT.check(globals())``; the scorecard reads ``RANDOM_INIT.params()``.
+of its own in this wing (``averaging_effect``, ``random_init``, ``long_sequences``, ``probes``,
+``text``, ``trained``, ``early_dynamics``) declares its spec there, a second page's too, and
+this registry names it (``PROBES = probes.CHAPTER``). A chapter starts with
+``params = RANDOM_INIT.check(globals())``; the scorecard reads ``RANDOM_INIT.params()``.
 The studies both read (the random-initialisation chapter's five, the text chapter's initial
 scores) are the functions below: one call serves the two through the results cache
 (``nopelib.store.memo``).
 
 Parameters that each stay within their own bound can together run for hours: the joint costs
-of three chapters (``with_costs``), priced from each chapter's own per-unit estimates, refuse
-that before any work. The specs, rules and costs live in this wing (each chapter's module,
+of several chapters (``params.Rule.costing``), priced from each chapter's own per-unit
+estimates, refuse that before any work. The specs, rules and costs live in this wing (each chapter's module,
 named here), above the study modules, so that a study's cache keys (the import closure of
 its module) do not move when a chapter's defaults, rules, claims or costs do.
 """
@@ -25,35 +25,18 @@ from typing import Any
 
 import pandas as pd
 
-from nopelib.core.chapter import ChapterSpec, with_costs
+from nopelib.core.chapter import ChapterSpec
 from nopelib.core.model import GPTConfig
-from nopelib.core.cost import Cost
 from nopelib.core.params import Choice
-from nopelib.core.tasks import TASKS
-from nopelib.rules import claims as tc, init_claims as ic
 from nopelib.store.memo import memo
 from nopelib.core import analysis as an
-from nopelib.studies import early_study, probe_study, text_study, trained_study
-from nopelib.book import averaging_effect, long_sequences, random_init
+from nopelib.studies import text_study
+from nopelib.book import (averaging_effect, early_dynamics, long_sequences, probes,
+                          random_init, text, trained)
 from nopelib.averaging import theory_studies
 from nopelib.training.profiles import PROFILES
 from nopelib.training.text_lm import get_text_profile
 
-
-# Each joint cost's seconds per unit is the chapter's own estimate, from the notes of its
-# parameters' rules (measured on the 2-core development machine), quoted in ``each``.
-PROBES_COSTS = {
-    "n_fit_tokens": (Cost(("model_seeds", "n_fit_tokens"), 1.2e-3, "~1.2 ms: one fitting "
-                          "token of one probe study (n_fit_tokens' note: ~1.2 s per 1,000)"),),
-    "mlp_fit_tokens": (Cost(("model_seeds", "mlp_fit_tokens"), 1.3e-3, "~1.3 ms: one fitting "
-                            "token of one model's MLP probe (its note: ~7 s at 5,400)"),),
-    "planted_fit_tokens": (Cost(("model_seeds", "planted_fit_tokens"), 5.6e-4, "~0.56 ms: one "
-                                "fitting token of one seed's planted controls (their note: "
-                                "~30 s at 5,400 tokens and 10 seeds)"),),
-    "grid_fit_tokens": (Cost(("grid_seeds", "grid_lengths", "grid_fit_tokens"), 5.6e-4,
-                             "~0.56 ms: one fitting token of one grid study (grid_lengths' "
-                             "note: ~3 s per study at 5,400)"),),
-}
 
 # the chapters whose specs are their own modules' (nopelib.book.<chapter>)
 AVERAGING_EFFECT = averaging_effect.CHAPTER
@@ -63,47 +46,15 @@ RANDOM_INIT_MORE = random_init.MORE  # the chapter's depth and width, controls a
 
 LONG_SEQUENCES = long_sequences.CHAPTER
 
-TRAINED = ChapterSpec("trained", trained_study.CHAPTER_PARAMS, dict(
-    profile="study",  # the committed study's profile (nopelib.training.profiles)
-    tasks=list(TASKS),  # tasks read from the study
-    live_tasks=["reversal"],  # retrained live: does this machine reproduce the study?
-    live_seeds=[0],  # seeds retrained live (each one run per live task)
-    heatmap_task="reversal",  # live task whose model's matrices are shown per layer
-    device="auto",  # "auto": CUDA, then MPS, then CPU
-), claims={tc.AFTER_TRAINING: "the-paper-s-claims", tc.FIRST_KEEP: "the-paper-s-claims",
-           tc.LATER_WEAKEN: "the-paper-s-claims"})
+TRAINED = trained.CHAPTER
+TRAINED_SMALL = trained.SMALL  # the chapter's page on the smaller model
 
-PROBES = ChapterSpec("probes", with_costs(probe_study.CHAPTER_PARAMS, PROBES_COSTS), dict(
-    profile="study",  # the committed trained study's profile (studies.trained_study)
-    tasks=list(TASKS),  # read from that study
-    model_seeds=list(range(10)),  # random-init models (data, probe seeds)
-    w=8,  # window: features per position for the cosine and variance probes
-    T=32,  # sequence length of the random-model study; positions w..T-1 are probed
-    n_fit_tokens=21_600,  # probed tokens in each fitting split (10x the former probe)
-    grid_windows=[4, 8, 16],  # windows of the w/T grid
-    grid_lengths=[32, 64, 128],  # sequence lengths of the w/T grid
-    grid_seeds=[0],  # random-init models of the w/T grid
-    grid_fit_tokens=5_400,  # fitting tokens per probe in the grid (a quarter: cost)
-    mlp_fit_tokens=5_400,  # fitting tokens of the paper's MLP probe, beside the ridge
-    planted_fit_tokens=5_400,  # fitting tokens per probe of the planted controls (cost)
-), claims={
-    ic.PROBE_RANDOM: "cosine-against-variance-paired-with-the-model-as-the-unit",
-    ic.PROBE_RANDOM_MLP: "the-paper-s-probe-a-4-layer-mlp-beside-the-ridge",
-    ic.PROBE_TRAINED: "trained-models",
-})
+PROBES = probes.CHAPTER
+PROBES_CONTROLS = probes.CONTROLS  # the chapter's planted controls and w/T grid
 
-EARLY_DYNAMICS = ChapterSpec("early_dynamics", early_study.CHAPTER_PARAMS, dict(
-    profile="study",  # the committed early-dynamics study read below
-    paper_profile="paper_study",  # the paper's model's committed study, set beside it
-    init_profiles=["study", "paper_study"],  # models checked live at initialisation
-    init_seeds=[0, 1, 2],  # their seeds
-))
+EARLY_DYNAMICS = early_dynamics.CHAPTER
 
-TEXT = ChapterSpec("text", text_study.CHAPTER_PARAMS, dict(
-    profile="text",  # the text study's model and schedule (nopelib.training.text_lm)
-    seeds=[0, 1, 2],  # model seeds at initialisation: the unit
-    lengths=[32, 64, 128, 256, 512, 1024],  # held-out lengths (the rule's)
-))
+TEXT = text.CHAPTER
 
 # the scorecard's page and the introduction's figure: the trained study of the paper's model
 # (shown first) and the committed study shown beside it
@@ -116,9 +67,8 @@ SCORECARD = ChapterSpec("scorecard", SCORECARD_PARAMS, SCORECARD_DEFAULTS)
 INTRO = ChapterSpec("intro", SCORECARD_PARAMS, SCORECARD_DEFAULTS)
 
 CHAPTERS = {spec.name: spec for spec in (
-    AVERAGING_EFFECT, RANDOM_INIT, RANDOM_INIT_MORE, LONG_SEQUENCES, TRAINED, PROBES,
-    EARLY_DYNAMICS, TEXT,
-    SCORECARD, INTRO)}
+    AVERAGING_EFFECT, RANDOM_INIT, RANDOM_INIT_MORE, LONG_SEQUENCES, TRAINED, TRAINED_SMALL,
+    PROBES, PROBES_CONTROLS, EARLY_DYNAMICS, TEXT, SCORECARD, INTRO)}
 
 
 def section_of(claim: str) -> tuple[str, str]:

@@ -10,7 +10,7 @@ the plotly JSON; the book picks the HTML. Importing this module changes no globa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from html import escape
 
 import numpy as np
@@ -19,6 +19,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.io._base_renderers import MimetypeRenderer
 from plotly.subplots import make_subplots
+
+from nopelib.rules.claims import LEARNED_AT
 
 
 class BookRenderer(MimetypeRenderer):
@@ -115,9 +117,6 @@ def heatmap_slider(
     return fig
 
 
-PROBE_COLORS = {"cosine": "#1f77b4", "variance": "#d62728", "hidden": "#7f7f7f"}
-
-
 DEFAULT_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 
 
@@ -138,37 +137,39 @@ def glue_numbers(values: dict[str, object]) -> None:
         glue(name, value, display=False)
 
 
-def grid_adjacency(runs: pd.DataFrame, title: str = "") -> go.Figure:
-    """A trained grid's adjacency score per layer (mean over seeds), one panel per task, one
-    colour per configuration: after training solid, before training dotted.
-
-    ``runs`` is a grid summary's runs (``nopelib.studies.grid.load_summary``): columns task,
-    n_layer, n_embd, adjacency_before and adjacency_after (lists, one score per layer).
-    """
-
-    tasks = list(dict.fromkeys(runs["task"]))
-    configs = sorted({(int(n), int(d)) for n, d in zip(runs["n_layer"], runs["n_embd"])})
-    fig = make_subplots(rows=1, cols=len(tasks), subplot_titles=tasks, shared_yaxes=True)
-    for col, task in enumerate(tasks, start=1):
-        for i, (n_layer, n_embd) in enumerate(configs):
-            sel = runs[(runs["task"] == task) & (runs["n_layer"] == n_layer)
-                       & (runs["n_embd"] == n_embd)]
-            name, colour = f"{n_layer} x {n_embd}", DEFAULT_COLOURS[i % len(DEFAULT_COLOURS)]
-            for column, dash, shown in (("adjacency_after", "solid", True),
-                                        ("adjacency_before", "dot", False)):
-                if sel.empty:
-                    continue
-                mean = np.mean(np.stack(sel[column].tolist()), axis=0)  # [n_layer + 1]
-                fig.add_trace(go.Scatter(x=list(range(n_layer + 1)), y=mean, mode="lines",
-                                         name=name, legendgroup=name,
-                                         line=dict(color=colour, dash=dash),
-                                         showlegend=shown and col == 1),
-                              row=1, col=col)
-    fig.add_hline(y=0.5, line_dash="dot")
-    fig.update_xaxes(title_text="layer")
-    fig.update_yaxes(range=[0.3, 1.02], title_text="adjacency score", col=1)
-    fig.update_layout(height=420, title=title or "adjacency score per layer: after training "
-                      "(solid), before (dotted)")
+def trajectory(runs: Sequence[Mapping], title: str = "") -> go.Figure:
+    """One task's runs along training (``runs``: the committed study's records): test exact
+    match against step (top, one line per seed, the 0.9 line dashed) and the adjacency score
+    of every layer against step (below, one panel per layer, one line per seed; the run's
+    initialisation is its point at step 0)."""
+    n_layers = len(runs[0]["scores_init"])
+    fig = make_subplots(rows=2, cols=n_layers, row_heights=[0.4, 0.6], vertical_spacing=0.14,
+                        specs=[[{"colspan": n_layers}] + [None] * (n_layers - 1),
+                               [{}] * n_layers], shared_yaxes="rows",
+                        subplot_titles=["test exact match", *[f"layer {i}" for i in
+                                                              range(n_layers)]])
+    for run in runs:
+        t = run["trajectory"]
+        # a seed keeps its colour as a study in flight grows, and its legend entry when alone
+        colour = DEFAULT_COLOURS[run["seed"] % len(DEFAULT_COLOURS)]
+        name = f"seed {run['seed']}"
+        fig.add_trace(go.Scatter(x=t["step"], y=t["accuracy"], mode="lines", name=name,
+                                 legendgroup=name, showlegend=True, line=dict(color=colour)),
+                      row=1, col=1)
+        scores = np.asarray([run["scores_init"], *t["scores"]])  # [points + 1, L+1]
+        steps = [0, *t["step"]]
+        for layer in range(n_layers):
+            fig.add_trace(go.Scatter(x=steps, y=scores[:, layer], mode="lines", name=name,
+                                     legendgroup=name, showlegend=False,
+                                     line=dict(color=colour, width=1)),
+                          row=2, col=layer + 1)
+    fig.add_hline(y=LEARNED_AT, line_dash="dash", line_color="#2ca02c", row=1, col=1)
+    for layer in range(n_layers):
+        fig.add_hline(y=0.5, line_dash="dot", line_color="#555", row=2, col=layer + 1)
+    fig.update_yaxes(range=[-0.02, 1.02], row=1, col=1)
+    fig.update_yaxes(range=[0.3, 1.02], row=2, col=1, title_text="adjacency score")
+    fig.update_xaxes(title_text="step", row=2)
+    fig.update_layout(title=title, height=560)
     return fig
 
 

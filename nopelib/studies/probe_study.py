@@ -6,10 +6,9 @@ token sequences for a random model, a trained run's own held-out sequences, as m
 fixed number of fitting tokens), one call per study (``random_study``, ``trained_study``), and
 the tables the chapter reads (``summary``, ``paired_differences``, ``metric_intervals``, and
 the verdict wording). The planted controls of the comparison (``planted_study``: synthetic
-states with position only in the variance or only in the adjacency, ``nopelib.core.planted``) and
-the trained verdict on format-subtracted values (``trained_comparison``) are here too, and so
-are the rules of the chapter's parameters (``CHAPTER_PARAMS``; the chapter's spec with its
-defaults is ``nopelib.book.chapters.PROBES``).
+states with position only in the variance or only in the adjacency, ``nopelib.core.planted``)
+and the trained verdict on format-subtracted values (``trained_comparison``) are here too.
+The rules of the chapter's parameters are the chapter's own (``nopelib.book.probes``).
 """
 
 from __future__ import annotations
@@ -24,15 +23,13 @@ import torch
 from nopelib.core.features import (FEATURE_SETS, model_states, random_token_sequences,
                                    window_positions)
 from nopelib.core.model import GPT, GPTConfig
-from nopelib.core.params import SEED, Choice, Int, ListOf
 from nopelib.core.planted import EXPECTED, PLANTED, planted_states
 from nopelib.core.probe import ProbeConfig, RidgeConfig, probe_layers, probe_model
 from nopelib.core.stats import t_interval
-from nopelib.core.tasks import CHARS, TASKS, encode_batch, make_split
+from nopelib.core.tasks import CHARS, encode_batch, make_split
 from nopelib.rules import init_claims
 from nopelib.store.memo import memo
 from nopelib.core.one_model import random_model
-from nopelib.training.profiles import PROFILES
 from nopelib.training.runs import TrainedRun
 from nopelib.training.train_profile import TrainProfile
 
@@ -109,46 +106,7 @@ def metric_intervals(table: pd.DataFrame, unit: str = "seed",
 
 
 # ---------------------------------------------------------------------------------------------
-# the probes chapter: its parameters, its two studies and how it reports them
-
-# The rules of the probes chapter's parameters (its spec: ``nopelib.book.chapters``). Upper
-# bounds: rough costs on the 2-core development machine (one probe study at the defaults:
-# ~25 s, 1.7 GB peak), far above the defaults; the reason is in each message.
-CHAPTER_PARAMS = {
-    "profile": Choice(PROFILES),
-    "tasks": ListOf(Choice(TASKS), unique=True),
-    "model_seeds": ListOf(SEED, unique=True, min_len=5, max_len=100,
-                          why="each seed is one probe study: ~25 s at the defaults, ~40 min "
-                              "at 100"),
-    "w": Int(min=1, max=1023, why="below T, which is at most 1024"),
-    "T": Int(min=2, max=1024, why="a batch of up to 256 sequences holds 6 x T^2 float32 "
-             "of attention per sequence: 6.4 GB at T = 1024").where(
-        lambda t, p: t > p["w"], "greater than w"),
-    "n_fit_tokens": Int(min=100, max=100_000, why="a study holds ~60 kB of states and "
-                        "features per fitting token (1.7 GB peak at 21,600) and takes ~1.2 s "
-                        "per 1,000: ~6 GB and ~2 min per study at 100,000"),
-    "grid_windows": ListOf(Int(min=1, max=1023, why="below every grid length, at most 1024"),
-                           unique=True, max_len=16,
-                           why="each window adds one probe fit per layer to every grid study "
-                               "(~0.5 s each)"),
-    "grid_lengths": ListOf(Int(min=2, max=1024, why="as T: 6.4 GB of attention at 1024"),
-                           unique=True, max_len=16,
-                           why="each length adds one study per grid seed (~3 s at T = 128)"
-                           ).where(lambda ts, p: min(ts) > max(p["grid_windows"]),
-                                   "each greater than every grid window"),
-    "grid_seeds": ListOf(SEED, unique=True, max_len=100,
-                         why="each seed adds one study per grid length (3 at the defaults, "
-                             "~3 s each): ~15 min at 100"),
-    "grid_fit_tokens": Int(min=100, max=100_000, why="as n_fit_tokens: ~60 kB per fitting "
-                           "token, ~6 GB at 100,000"),
-    "mlp_fit_tokens": Int(min=100, max=100_000, why="the MLP probe trains by gradient "
-                          "descent: ~7 s per model at 5,400, ~2 min per model at 100,000"),
-    "planted_fit_tokens": Int(min=100, max=100_000, why="the planted controls draw ~21 kB "
-                              "of states per fitting token (~2 GB at 100,000) and fit 28 "
-                              "probes per seed: ~30 s at 5,400 and 10 seeds, ~10 min at "
-                              "100,000"),
-}
-
+# the probes chapter: its two studies and how it reports them
 
 def random_study(seed: int, T: int, windows: list[int], fit_tokens: int,
                  config: RidgeConfig | ProbeConfig, shuffle_layers: tuple[int, ...] = (),

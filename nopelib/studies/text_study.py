@@ -125,17 +125,6 @@ def init_predicted(profile: TextProfile, lengths: list[int]) -> pd.DataFrame:
         config, [list(w) for w in rule_windows(n)])} for n in lengths])
 
 
-# The rules of the text chapter's parameters (its spec: ``nopelib.book.chapters.TEXT``)
-CHAPTER_PARAMS = {
-    "profile": Choice(TEXT_PROFILES),
-    "seeds": ListOf(SEED, unique=True, min_len=beyond_claims.TEXT_MIN_SEEDS, max_len=10,
-                    why="the seed is the unit (3 for the rule); each seed scores one model at "
-                        "every length, about half a minute"),
-    "lengths": ListOf(Choice(beyond_claims.TEXT_LENGTHS), unique=True,
-                      why="the rule's lengths (beyond_claims.TEXT_LENGTHS)"),
-}
-
-
 def text_run(encoding: str, seed: int, profile: str) -> dict:
     """One run of the study on the CPU (one thread), as the file holds it."""
     prof = get_text_profile(profile)

@@ -48,7 +48,6 @@ from pathlib import Path
 import torch
 
 from nopelib.core.devices import resolve_device
-from nopelib.core.params import SEED, Choice, Device, ListOf
 from nopelib.core.tasks import TASKS, get_task
 from nopelib.rules import claims
 from nopelib.store.cache import resolve_cache_dir
@@ -63,22 +62,6 @@ from nopelib.training.runs import TrainedRun, run_key
 from nopelib.training.task_precision import task_profile
 from nopelib.training.train import TRAJECTORY_SEED
 from nopelib.training.train_profile import TrainProfile, check_seed
-
-
-# The rules of the trained chapter's parameters (its spec: ``nopelib.book.chapters``). Upper
-# bounds: rough costs on the 2-core development machine, far above the defaults; the reason is
-# in each message.
-CHAPTER_PARAMS = {
-    "profile": Choice(PROFILES),
-    "tasks": ListOf(Choice(TASKS), unique=True),
-    "live_tasks": ListOf(Choice(TASKS), unique=True).where(
-        lambda ts, p: set(ts) <= set(p["tasks"]), "tasks read from the study"),
-    "live_seeds": ListOf(SEED, unique=True, max_len=20,
-                         why="each seed retrains one run per live task, up to ~35 min on one "
-                             "core for the study profile"),
-    "heatmap_task": Choice(TASKS).where(lambda t, p: t in p["live_tasks"], "one of live_tasks"),
-    "device": Device(),
-}
 
 
 MATRIX_DECIMALS = 4  # the stored similarity matrices: enough for a heatmap, a small file

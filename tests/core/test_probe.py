@@ -15,10 +15,10 @@ from nopelib.core.probe import (ProbeConfig, RidgeConfig, probe_model, fit_probe
 from nopelib.core.tasks import CHARS, decode, encode, make_split
 from nopelib.rules import init_claims
 from nopelib.core.one_model import random_model
-from nopelib.studies.probe_study import (CHAPTER_PARAMS, format_lift, metric_intervals,
-                                         paired_differences, random_study, sequences_for,
-                                         task_sequences, trained_study, verdict_layers,
-                                         with_interval)
+from nopelib.book.probes import CHAPTER_PARAMS
+from nopelib.studies.probe_study import (format_lift, metric_intervals, paired_differences,
+                                         random_study, sequences_for, task_sequences,
+                                         trained_study, verdict_layers, with_interval)
 from nopelib.training.profiles import PROFILES
 
 

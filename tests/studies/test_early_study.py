@@ -13,7 +13,7 @@ import torch
 
 from nopelib.core.cost import ALLOW_SLOW_ENV
 from nopelib.core.model import GPTConfig
-from nopelib.book import viz_trained
+from nopelib.book import early_dynamics
 from nopelib.rules import beyond_claims
 from nopelib.store import cache
 from nopelib.results import files as results, schema
@@ -419,7 +419,7 @@ def test_the_full_table_reads_each_ablated_run_beside_the_unablated_run_of_its_s
         assert list(g.layer1) == [run["scores_init"][1],
                                   *(s[1] for s in run["curve"]["scores"])]
     one = frame.assign(kernels="AVX2")  # one kernel set: the legend names the ablations
-    fig = viz_trained.full_curves(one)
+    fig = early_dynamics.full_curves(one)
     assert sorted({t.name for t in fig.data}) == ["none", "qk"] and len(fig.data) == 4
     assert sum(t.showlegend for t in fig.data) == 2
 
@@ -444,7 +444,7 @@ def test_the_full_table_keeps_a_run_of_each_kernel_set_apart():
     todo = early_tables.untrained_full(table, ["reversal", "ordering"],
                                        ["none", "both", "qk"])
     assert todo == ["reversal qk", "ordering both", "ordering qk"]  # "none" is not asked
-    fig = viz_trained.full_curves(early_tables.full_frame(docs, {}))
+    fig = early_dynamics.full_curves(early_tables.full_frame(docs, {}))
     assert {t.name for t in fig.data} == {"both (AVX2)", "both (AVX512)"}
     assert len(fig.data) == 4 and sum(t.showlegend for t in fig.data) == 2
 

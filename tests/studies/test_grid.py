@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nopelib.book import viz
+from nopelib.book import trained
 from nopelib.core import metrics, tasks
 from nopelib.results import files as results
 from nopelib.studies import grid
@@ -68,7 +68,7 @@ def test_summary_table(tmp_path):
     assert table.shape[0] == 1 and table["seeds"].iloc[0] == 2
     mean = np.mean([r["adjacency_after"][1] for r in rows])
     assert table["first_after mean"].iloc[0] == pytest.approx(mean, abs=1e-3)
-    fig = viz.grid_adjacency(pd.DataFrame(rows))
+    fig = trained.grid_adjacency(pd.DataFrame(rows))
     assert len(fig.data) == 2  # one configuration, after and before
     assert list(fig.data[0].y) == pytest.approx(np.mean([r["adjacency_after"] for r in rows], 0))
 

@@ -21,7 +21,7 @@ from nopelib.core.tasks import sample_inputs
 from nopelib.rules import claims
 from nopelib.results import (files as results, trained_files, trained_prose,
                              trained_tables)
-from nopelib.studies import grid, kernels, recipe, trained_study
+from nopelib.studies import grid, kernels, recipe
 from nopelib.core.one_model import random_model
 from nopelib.training.profiles import PROFILES
 
@@ -198,11 +198,13 @@ def test_starting_points_name_the_tasks_that_start_below_the_keeps_bound():
 
 def test_chapter_params_name_the_parameters_cell():
     """The rules and the trained chapter's parameters cell name the same parameters."""
+    from nopelib.book import trained
+
     cells = json.loads((BOOK / "trained.ipynb").read_text())["cells"]
     source = next("".join(c["source"]) for c in cells
                   if "parameters" in c.get("metadata", {}).get("tags", []))
     names = [t.id for node in ast.parse(source).body for t in node.targets]
-    assert names == list(trained_study.CHAPTER_PARAMS)
+    assert names == list(trained.CHAPTER_PARAMS)
 
 
 def test_initial_pattern_rows():
@@ -325,13 +327,13 @@ def test_rules_comparison_shows_both_rule_sets_and_why_a_verdict_moved():
 
 
 def test_a_trajectory_names_and_colours_each_seed_even_when_it_is_alone():
-    from nopelib.book import viz_trained
+    from nopelib.book import viz
 
-    one = viz_trained.trajectory([_record(1, 0.99, [0.9] * 4, [0.9] * 4)])
+    one = viz.trajectory([_record(1, 0.99, [0.9] * 4, [0.9] * 4)])
     top = [t for t in one.data if t.showlegend is not False]
     assert [t.name for t in top] == ["seed 1"] and top[0].showlegend  # shown, though alone
-    three = viz_trained.trajectory([_record(s, 0.99, [0.9] * 4, [0.9] * 4)
-                                    for s in (0, 1, 2)])
+    three = viz.trajectory([_record(s, 0.99, [0.9] * 4, [0.9] * 4)
+                            for s in (0, 1, 2)])
     colour = {t.name: t.line.color for t in three.data}
     assert colour["seed 1"] == top[0].line.color  # a seed's colour stays as others join
     assert len(set(colour.values())) == 3
