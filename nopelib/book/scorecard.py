@@ -1,8 +1,5 @@
 """The replication at a glance: one row per reading of each claim, then what goes beyond.
 
-The replication at a glance: one row per reading of each claim of the paper, then what goes
-beyond it.
-
 A claim of the paper is judged in one or more readings (``nopelib.rules.claims``: e.g. "later layers
 weaken it" as "the last layer ends below layer 1" and as "the last layer ends below its own
 initialisation"). Readings are alternatives, never ANDed: each reading is a row with its own
@@ -34,7 +31,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from html import escape
 
+import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 
 from nopelib.book.beyond_rows import beyond_rows, long_rows, text_rows
 from nopelib.book.past_length import length_rows
@@ -232,3 +231,35 @@ def to_html(card: pd.DataFrame) -> str:
             part = here
         parts.append(_html_row(row))
     return "".join(parts) + "</div>"
+
+
+VERDICT_COLOURS = {"holds": "#2a9d8f", "fails": "#c1121f", "cannot tell": "#8d99ae"}
+
+
+def claim_margins(groups: pd.DataFrame, title: str) -> go.Figure:
+    """The tests behind the scorecard (``scorecard.GROUP_COLUMNS``): per claim and group, the
+    test nearest to failing as its distance from the claim's bound with its simultaneous
+    interval (positive: on the claim's side), coloured by verdict."""
+    sign = np.where(groups["above"], 1.0, -1.0)
+    mid = sign * (groups["mean"] - groups["bound"])
+    ends = np.sort(np.stack([sign * (groups["lo"] - groups["bound"]),
+                             sign * (groups["hi"] - groups["bound"])]), axis=0)
+    group = groups["group"].astype(str)
+    layer = np.where(group.str.contains("layer"), "",
+                     " · layer " + groups["weakest_layer"].astype(str))
+    labels = (groups["claim"].str.split(":").str[0] + " · " + group + layer).to_numpy()
+    fig = go.Figure()
+    for verdict, colour in VERDICT_COLOURS.items():
+        on = (groups["verdict"] == verdict).to_numpy()
+        if on.any():
+            fig.add_trace(go.Scatter(
+                x=mid[on], y=labels[on], mode="markers", name=verdict,
+                marker=dict(color=colour, size=8),
+                error_x=dict(type="data", symmetric=False, array=ends[1][on] - mid[on],
+                             arrayminus=mid[on] - ends[0][on], color=colour)))
+    fig.add_vline(x=0.0, line_dash="dot", annotation_text="the claim's bound")
+    fig.update_layout(title=title, height=160 + 18 * len(groups), xaxis_range=[-0.6, 0.6],
+                      xaxis_title="distance from the bound, on the claim's side (> 0)",
+                      yaxis=dict(autorange="reversed", categoryorder="array",
+                                 categoryarray=list(labels)))
+    return fig

@@ -2,8 +2,8 @@
 
 The chapter's live part scores NoPE text models at initialisation (``nopelib.studies.text_study``,
 through ``nopelib.book.chapters.text_init``, the scorecard's call too); its trained part reads
-the committed text study. It draws with ``nopelib.book.viz_long``'s score-against-length
-figure and has no figure of its own.
+the committed text study. It draws with ``nopelib.book.viz.score_lengths`` (score against length,
+shared with the long-sequence chapter) and has no figure of its own.
 """
 
 from __future__ import annotations

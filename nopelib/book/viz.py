@@ -21,6 +21,7 @@ from plotly.io._base_renderers import MimetypeRenderer
 from plotly.subplots import make_subplots
 
 from nopelib.rules.claims import LEARNED_AT
+from nopelib.studies.long_context import model_name
 
 
 class BookRenderer(MimetypeRenderer):
@@ -190,3 +191,37 @@ def provenance_line(prov: dict[str, object]) -> str:
             f"{prov['machine']} (torch {prov['torch']}"
             + (f", {float(wall) / 60:.0f} min wall" if wall is not None else "")
             + f", {str(prov['date'])[:10]})")
+
+
+LAYER_DASHES = ("solid", "dot", "dashdot", "longdash", "longdashdot")  # one per layer shown
+
+
+def score_lengths(table: pd.DataFrame, layers: list[int], title: str) -> go.Figure:
+    """The adjacency score against length (log axis) per model and layer in ``layers``: the
+    seed mean with its t interval (a line style per layer), and block 1's prediction (thin
+    dashes) where the table has one. ``table``: ``long_context.score_table``."""
+    fig = go.Figure()
+    models = table[["n_embd", "window"]].drop_duplicates().itertuples(index=False)
+    for n, (width, window) in enumerate(models):
+        colour = DEFAULT_COLOURS[n % len(DEFAULT_COLOURS)]
+        mine = table[(table.n_embd == width) & (table.window == window)]
+        for i, layer in enumerate(layers):
+            dash = LAYER_DASHES[i % len(LAYER_DASHES)]
+            g = mine[mine.layer == layer].sort_values("length")
+            fig.add_trace(go.Scatter(
+                x=g.length, y=g.score, mode="lines+markers", line=dict(color=colour, dash=dash),
+                name=f"{model_name(width, window)}, layer {layer}",
+                error_y=dict(type="data", symmetric=False, array=g.hi - g.score,
+                             arrayminus=g.score - g.lo)))
+        g = mine[mine.layer == 1].sort_values("length")
+        if g.predicted.isna().all():
+            continue
+        fig.add_trace(go.Scatter(x=g.length, y=g.predicted, mode="lines",
+                                 line=dict(color=colour, dash="dash", width=1),
+                                 name=f"{model_name(width, window)}, layer 1 predicted"))
+    fig.add_hline(y=0.5, line_dash="dot", annotation_text="random order (0.5)")
+    fig.update_xaxes(type="log", title="sequence length (tokens)")
+    fig.update_layout(title=title, yaxis_title="adjacency score", height=460)
+    return fig
+
+

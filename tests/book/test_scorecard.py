@@ -344,13 +344,11 @@ def test_the_html_escapes_every_text_but_the_link():
 
 
 def test_the_margins_figure_puts_the_claims_side_to_the_right():
-    from nopelib.book import viz_init
-
     groups = pd.DataFrame(dict(
         claim=["1: a", "3: b"], group=["base model", "mean 0, sigma 0.2"], reading="r",
         weakest_layer=[1, 2], mean=[0.9, 0.05], lo=[0.85, 0.0], hi=[0.95, 0.12],
         bound=[0.8, 0.1], above=[True, False], verdict=["holds", "cannot tell"]))
-    fig = viz_init.claim_margins(groups, "t")
+    fig = scorecard.claim_margins(groups, "t")
     held, undecided = fig.data
     assert held.name == "holds" and held.x[0] == pytest.approx(0.1)
     assert held.error_x.array[0] == pytest.approx(0.05)

@@ -96,12 +96,12 @@ def test_cli_refuses_bad_flags_before_work(tmp_path, capsys):
 
 
 def test_figures_draw_every_model_and_the_prediction():
-    from nopelib.book import long_sequences, viz_long
+    from nopelib.book import long_sequences, viz
 
     runs = [{"n_embd": SMALL.n_embd, "window": w, "seed": s,
              **lc.long_run(SMALL, s, 64, [32, 64], w)} for w in (None, 8) for s in range(3)]
     frames = lc.run_frames(runs)
-    fig = viz_long.score_lengths(lc.score_table(frames["scores"]), [1, 2], "t")
+    fig = viz.score_lengths(lc.score_table(frames["scores"]), [1, 2], "t")
     names = [t.name for t in fig.data]
     assert "32 wide, layer 1" in names and "32 wide, window 8, layer 1 predicted" in names
     assert len(fig.data) == 2 * 3  # per model: two layers and the prediction
