@@ -12,7 +12,9 @@ Chapter code is written to 88 characters a line; at the theme's 14 px a 1280 px 
 column holds about 80 (measured: a 684 px code block, 666 px in a collapsed cell), so code
 cells are set at 11.5 px, which holds 88 with room for the block's padding (``tests/test_book.py`` checks that none scrolls).
 The package's own code, shown beside the prose (``literalinclude``, language python), is
-written to 100 characters a line: it is set at 11 px, which holds 100.
+written to 100 characters a line: it is set at 11 px, which holds 100. Shell commands (the
+README's, the appendices') wrap at the column's edge rather than scroll: a command line runs
+as long as its flags.
 
 Outputs fit the column too: printed text wraps at the column's edge instead of scrolling, and
 tables are set at 12 px with narrow padding, their column names free to break (a name such as
@@ -30,6 +32,7 @@ from sphinx.application import Sphinx
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 BOOK_CSS = """div.cell_input pre { font-size: 11.5px; }
 div.highlight-python pre { font-size: 11px; }
+div.highlight-bash pre { white-space: pre-wrap; overflow-wrap: anywhere; }
 div.cell_output pre { white-space: pre-wrap; overflow-wrap: anywhere; }
 div.cell_output table { font-size: 12px; }
 div.cell_output th, div.cell_output td { padding: 2px 5px; }

@@ -51,6 +51,15 @@ def test_code_fits_the_column_and_no_math_is_raw(open_page, page_name: str) -> N
                .filter(p => p.scrollWidth > p.clientWidth + 1)
                .map(p => p.textContent.trim().split('\\n')[0].slice(0, 60))""")
     assert scrolling == [], f"{page_name}: code blocks that scroll sideways: {scrolling}"
+    # nothing else wider than the text column either: shell commands, the package's code,
+    # printed output, tables
+    wide = opened.page.evaluate(
+        """() => { const column = document.querySelector('article').getBoundingClientRect();
+               return [...document.querySelectorAll('article pre, article table, '
+                                                    + 'div.cell_output > *')]
+                   .filter(e => e.scrollWidth > column.width + 2)
+                   .map(e => e.tagName + ': ' + e.textContent.trim().slice(0, 60)); }""")
+    assert wide == [], f"{page_name}: wider than the column: {wide}"
     text = opened.page.evaluate(
         """() => { const a = document.querySelector('article').cloneNode(true);
                    a.querySelectorAll('pre, code, mjx-container, script').forEach(e => e.remove());
