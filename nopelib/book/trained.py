@@ -20,6 +20,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from nopelib.book import viz
 from nopelib.book.viz import DEFAULT_COLOURS
 from nopelib.core.chapter import ChapterSpec
 from nopelib.core.params import SEED, Choice, Device, ListOf
@@ -284,3 +285,20 @@ def grid_adjacency(runs: pd.DataFrame, title: str = "") -> go.Figure:
     fig.update_layout(height=420, title=title or "adjacency score per layer: after training "
                       "(solid), before (dotted)")
     return fig
+
+
+def figure1_menu(docs: Mapping[str, Mapping], model: str) -> go.Figure:
+    """The paper's Figure 1 from committed runs, one figure whatever the number of tasks: a
+    menu picks the task (``docs`` maps a task to its committed file), whose first committed
+    seed's self-similarity matrices show layer by layer, each panel on its own colour scale
+    (its range in its title), the positions as ticks ('index:character')."""
+    grids = {}
+    for task, doc in docs.items():
+        run = doc["runs"][0]
+        text, mats = run["matrices"]["text"], np.asarray(run["matrices"]["layers"])
+        grids[task] = dict(matrices=list(mats),  # [L+1, T, T]
+                           titles=[f"layer {layer}" for layer in range(len(mats))],
+                           labels=[f"{i}:{c}" for i, c in enumerate(text)], cols=4,
+                           per_panel=True,
+                           title=f"{model}, {task}, seed {run['seed']}: {text}")
+    return viz.heatmap_grid_menu(grids)

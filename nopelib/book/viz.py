@@ -86,6 +86,49 @@ def heatmap_grid(
     return fig
 
 
+def figure_menu(figs: Mapping[str, go.Figure]) -> go.Figure:
+    """Several figures of one kind in one, one at a time: a dropdown menu picks a figure by
+    its key and shows its traces, its title, its panels' titles and its lines (the layout's
+    annotations and shapes); the first is shown. The frame (axes, height, margins) is the
+    figure's with the most axes, so every figure's panels exist. One figure's height for all
+    of them, where one figure each would stack. The menu sits at the top right, above the
+    panels' titles."""
+    if not figs:
+        raise ValueError("no figure to put in a menu")
+    frame = max(figs.values(), key=lambda f: len(list(f.select_xaxes())))
+    fig = go.Figure(layout=frame.layout)
+    sizes = [len(f.data) for f in figs.values()]
+    buttons, start = [], 0
+    for k, (name, one) in enumerate(figs.items()):
+        for trace in one.data:
+            fig.add_trace(trace.update(visible=k == 0))
+        shown = [start <= i < start + sizes[k] for i in range(sum(sizes))]
+        buttons.append(dict(label=name, method="update", args=[
+            {"visible": shown}, {"title.text": one.layout.title.text,
+                                 "annotations": [a.to_plotly_json()
+                                                 for a in one.layout.annotations],
+                                 "shapes": [s.to_plotly_json() for s in one.layout.shapes]}]))
+        start += sizes[k]
+    first = next(iter(figs.values())).layout
+    fig.update_layout(title_text=first.title.text, annotations=first.annotations,
+                      shapes=first.shapes)
+    # 30 px above the plotting area, at the level of the title: clear of the panels' titles
+    margin = fig.layout.margin
+    inner = (fig.layout.height or 450) - (margin.t if margin.t is not None else 100) - (
+        margin.b if margin.b is not None else 80)
+    fig.update_layout(updatemenus=[dict(buttons=buttons, direction="down", x=1.0,
+                                        xanchor="right", y=1 + 30 / inner, yanchor="bottom",
+                                        showactive=True)])
+    return fig
+
+
+def heatmap_grid_menu(grids: Mapping[str, Mapping]) -> go.Figure:
+    """``heatmap_grid`` of several sets of matrices in one figure, a menu picking the set:
+    ``grids`` maps each menu label to ``heatmap_grid``'s arguments (each panel keeps its own
+    colour scale, range and tick labels where ``per_panel`` is set)."""
+    return figure_menu({name: heatmap_grid(**kwargs) for name, kwargs in grids.items()})
+
+
 def heatmap_slider(
     frames: dict[str, np.ndarray],
     slider_label: str,
@@ -171,6 +214,25 @@ def trajectory(runs: Sequence[Mapping], title: str = "") -> go.Figure:
     fig.update_yaxes(range=[0.3, 1.02], row=2, col=1, title_text="adjacency score")
     fig.update_xaxes(title_text="step", row=2)
     fig.update_layout(title=title, height=560)
+    return fig
+
+
+def trajectory_menu(runs: Mapping[str, Sequence[Mapping]], titles: Mapping[str, str],
+                    first: int) -> go.Figure:
+    """``trajectory`` of several tasks in one figure (``runs`` maps a task to its runs): a
+    dropdown menu picks the task, and two buttons show the whole run or its first ``first``
+    steps (the x-axes' range, below the legend)."""
+    fig = figure_menu({task: trajectory(r, titles[task]) for task, r in runs.items()})
+    axes = [ax.plotly_name for ax in fig.select_xaxes()]
+    whole = {f"{a}.autorange": True for a in axes}
+    early = {**{f"{a}.range": [0, first] for a in axes},
+             **{f"{a}.autorange": False for a in axes}}
+    # in the right margin, below the legend
+    fig.update_layout(updatemenus=[*fig.layout.updatemenus, dict(
+        type="buttons", direction="down", showactive=True, active=0, x=1.02, xanchor="left",
+        y=0.0, yanchor="bottom", buttons=[
+            dict(label="whole run", method="relayout", args=[whole]),
+            dict(label=f"first {first:,} steps", method="relayout", args=[early])])])
     return fig
 
 

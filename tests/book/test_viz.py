@@ -139,3 +139,99 @@ def test_a_heatmap_grid_can_scale_each_panel_to_its_own_off_diagonal_range():
     titles = [a.text for a in own.layout.annotations]
     assert titles == ["a (0.90 to 0.95)", "b (-0.50 to 0.20)"]
     assert not any(t.showscale for t in own.data)  # no one colour bar for different scales
+
+
+# --- one figure per block whatever the number of tasks: a menu picks the task ---
+
+def _fake_run(rng, seed, n_layers, text, steps):
+    """A run record shaped like a committed study's: curve, scores along training, matrices."""
+    T = len(text)
+    layers = rng.uniform(-1, 1, size=(n_layers, T, T))
+    layers = (layers + layers.transpose(0, 2, 1)) / 2
+    for m in layers:
+        np.fill_diagonal(m, 1.0)
+    return {"seed": seed, "scores_init": list(rng.uniform(0.4, 0.6, n_layers)),
+            "trajectory": {"step": list(steps), "accuracy": list(rng.uniform(0, 1, len(steps))),
+                           "scores": rng.uniform(0.3, 1, (len(steps), n_layers)).tolist()},
+            "matrices": {"text": text, "layers": layers.tolist()}}
+
+
+def _fake_docs(seeds):
+    rng = np.random.default_rng(7)
+    texts = {"reversal": "rev(ab)=ba", "addition": "12+345=357", "ordering": "ord(cab)=abc"}
+    return {task: {"runs": [_fake_run(rng, s, 4, texts[task], range(100, 1100, 100))
+                            for s in seeds[task]]} for task in seeds}
+
+
+def _shown(fig, button):
+    return [t for t, v in zip(fig.data, button.args[0]["visible"]) if v]
+
+
+def test_figure_1_of_every_task_is_one_figure_with_a_menu_of_the_tasks():
+    from nopelib.book import trained as tb, viz
+
+    docs = _fake_docs({"reversal": [0, 1], "addition": [3], "ordering": [2]})
+    fig = tb.figure1_menu(docs, "model")
+    assert len(fig.layout.updatemenus) == 1
+    buttons = fig.layout.updatemenus[0].buttons
+    assert [b.label for b in buttons] == ["reversal", "addition", "ordering"]
+    assert len(fig.data) == 3 * 4  # one heatmap per layer and task, in one figure
+    assert [t.visible for t in fig.data] == [True] * 4 + [False] * 8  # the first task shown
+    for button, (task, doc) in zip(buttons, docs.items()):
+        run = doc["runs"][0]  # the first committed seed
+        mats = np.asarray(run["matrices"]["layers"])
+        shown = _shown(fig, button)
+        assert len(shown) == len(mats)
+        ranges = []
+        for trace, m in zip(shown, mats):
+            np.testing.assert_array_equal(trace.z, m)  # that task's matrices, no other's
+            off = m[~np.eye(len(m), dtype=bool)]
+            assert (trace.zmin, trace.zmax) == (off.min(), off.max())  # its own scale
+            assert not trace.showscale
+            assert list(trace.x) == [f"{i}:{c}" for i, c in enumerate(run["matrices"]["text"])]
+            ranges.append((off.min(), off.max()))
+        assert button.args[1]["title.text"] == (f"model, {task}, seed {run['seed']}: "
+                                                f"{run['matrices']['text']}")
+        titles = [a["text"] for a in button.args[1]["annotations"]]
+        assert titles == [f"layer {n} ({lo:.2f} to {hi:.2f})" for n, (lo, hi) in
+                          enumerate(ranges)]
+    # each panel's scale is its own: no two panels of a task share one
+    assert len({(t.zmin, t.zmax) for t in fig.data}) == len(fig.data)
+    # what shows before any click is the first task's, titles included
+    assert fig.layout.title.text == buttons[0].args[1]["title.text"]
+    assert [a.text for a in fig.layout.annotations] == [
+        a["text"] for a in buttons[0].args[1]["annotations"]]
+    with pytest.raises(ValueError):
+        viz.heatmap_grid_menu({})
+
+
+def test_the_trajectories_of_every_task_are_one_figure_with_a_task_menu_and_a_range_one():
+    from nopelib.book import viz
+
+    docs = _fake_docs({"reversal": [0, 1, 2], "addition": [0, 4]})
+    runs = {task: doc["runs"] for task, doc in docs.items()}
+    fig = viz.trajectory_menu(runs, {t: f"title {t}" for t in runs}, first=300)
+    task_menu, range_menu = fig.layout.updatemenus
+    assert [b.label for b in task_menu.buttons] == ["reversal", "addition"]
+    n_layers = 4
+    assert len(fig.data) == (3 + 2) * (1 + n_layers)  # a curve and a line per layer per seed
+    for button, (task, task_runs) in zip(task_menu.buttons, runs.items()):
+        shown = _shown(fig, button)
+        assert len(shown) == len(task_runs) * (1 + n_layers)
+        assert button.args[1]["title.text"] == f"title {task}"
+        curves = [t for t in shown if t.showlegend]  # one learning curve per seed
+        assert [t.name for t in curves] == [f"seed {r['seed']}" for r in task_runs]
+        for trace, run in zip(curves, task_runs):
+            assert list(trace.y) == run["trajectory"]["accuracy"]
+        lines = [t for t in shown if not t.showlegend]  # every layer's score, every seed
+        want = [[r["scores_init"][layer]] + [p[layer] for p in r["trajectory"]["scores"]]
+                for r in task_runs for layer in range(n_layers)]
+        assert [list(t.y) for t in lines] == want
+    assert [t.visible for t in fig.data] == [True] * 15 + [False] * 10
+    whole, early = range_menu.buttons
+    assert (whole.method, early.method) == ("relayout", "relayout")
+    axes = [ax.plotly_name for ax in fig.select_xaxes()]
+    assert len(axes) == 1 + n_layers
+    assert early.label == "first 300 steps"
+    assert all(early.args[0][f"{a}.range"] == [0, 300] for a in axes)
+    assert all(whole.args[0][f"{a}.autorange"] is True for a in axes)
