@@ -15,7 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from nopelib.book.viz import DEFAULT_COLOURS
+from nopelib.book.viz import DEFAULT_COLOURS, figure_menu
 from nopelib.core.chapter import ChapterSpec
 from nopelib.core.cost import Cost
 from nopelib.core.params import SEED, Choice, Int, ListOf
@@ -127,24 +127,10 @@ def probe_metrics(table: pd.DataFrame, title: str) -> go.Figure:
 
 def probe_metrics_menu(tables: Mapping[str, pd.DataFrame], titles: Mapping[str, str]
                        ) -> go.Figure:
-    """``probe_metrics`` of several tables in one figure, one at a time: a menu picks the
-    table (its key) and shows its traces under its title (``titles``); the first is shown.
-    One figure's height for all of them, where one figure each would stack."""
-    figs = {name: probe_metrics(table, titles[name]) for name, table in tables.items()}
-    fig = go.Figure(layout=next(iter(figs.values())).layout)
-    sizes = [len(f.data) for f in figs.values()]
-    buttons, start = [], 0
-    for k, (name, one) in enumerate(figs.items()):
-        for trace in one.data:
-            fig.add_trace(trace.update(visible=k == 0))
-        shown = [start <= i < start + sizes[k] for i in range(sum(sizes))]
-        buttons.append(dict(label=name, method="update",
-                            args=[{"visible": shown}, {"title.text": titles[name]}]))
-        start += sizes[k]
-    # in the right margin, above the legend: clear of the title and the panels' titles
-    fig.update_layout(updatemenus=[dict(buttons=buttons, direction="down", x=1.02,
-                                        xanchor="left", y=1.02, yanchor="bottom")])
-    return fig
+    """``probe_metrics`` of several tables in one figure, one at a time (``viz.figure_menu``):
+    a menu picks the table (its key) and shows its traces under its title (``titles``)."""
+    return figure_menu({name: probe_metrics(table, titles[name])
+                        for name, table in tables.items()})
 
 
 def probe_differences(comparisons: dict[str, pd.DataFrame], title: str) -> go.Figure:
