@@ -123,6 +123,33 @@ def bpc_table(study: PastLength) -> pd.DataFrame:
     return table.rename(index=NAMES).fillna("")
 
 
+def stretches() -> list[tuple[int, int]]:
+    """The stretches of positions [lo, hi) between the lengths the rule reads: the trained
+    context [0, 256), then each octave past it."""
+    edges = [0, *rule.LENGTH_LENGTHS]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def stretch_table(study: PastLength) -> pd.DataFrame:
+    """Bits per character per encoding (rows) within each stretch of positions (columns,
+    ``stretches``), from the per-position curves: the mean over seeds, '± sd (n)' beside it.
+    A length's bpc averages every position before it; a stretch's is that stretch's own."""
+    if study.curve.empty:
+        return pd.DataFrame()
+    curve = study.curve
+    cells = {}
+    for lo, hi in stretches():
+        inside = curve[(curve.position >= lo) & (curve.position < hi)]
+        per_seed = inside.groupby(["encoding", "seed"]).bits.mean()  # equal-sized bins
+        g = per_seed.groupby("encoding")
+        sd = g.std(ddof=1).map(lambda v: "–" if pd.isna(v) else f"{v:.3f}")  # one seed
+        cells[f"[{lo:,}, {hi:,})"] = (g.mean().map(lambda v: f"{v:.3f}") + " ± " + sd
+                                      + " (" + g.size().astype(str) + ")")
+    table = pd.DataFrame(cells).reindex(
+        [e for e in rule.LENGTH_ENCODINGS if e in set(curve.encoding)])
+    return table.rename(index=NAMES).fillna("")
+
+
 def sharpened_table(study: PastLength) -> pd.DataFrame:
     """NoPE's bits per character per length, plain and with the log-length temperature: the
     mean over seeds of each and of their difference (plain minus sharpened)."""

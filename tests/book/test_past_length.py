@@ -55,6 +55,7 @@ def test_an_empty_folder_reads_as_nothing_committed(tmp_path) -> None:
     assert study.doc is None and not study.judged
     assert len(study.todo) == len(rule.LENGTH_ENCODINGS) * 3
     assert pl.bpc_table(study).empty and pl.resolution_table(study).empty
+    assert pl.stretch_table(study).empty
     assert len(pl.curves_figure(study).data) == 0 and pl.sharpened_table(study).empty
     rows = pl.length_rows(tmp_path)
     assert len(rows) == len(rule.LENGTH_CLAIMS)
@@ -68,6 +69,27 @@ def test_one_seed_is_shown_with_no_spread(one_run, tmp_path) -> None:
     table = pl.bpc_table(pl.read(tmp_path))
     assert list(table.index) == ["NoPE"]
     assert all(cell.endswith(" ± – (1)") for cell in table.loc["NoPE"])
+
+
+def test_each_stretch_is_its_own_positions_mean_over_seeds(one_run, tmp_path) -> None:
+    # bin k of seed s reads 1 + k / 100 + s / 2 bits: a stretch's mean is its bins', its sd
+    # the seeds'
+    doc = {"provenance": one_run["provenance"], "runs": []}
+    for seed in (0, 1):
+        run = copy.deepcopy(one_run["runs"][0])
+        bins = len(run["position_bits"])
+        run.update(encoding="none", seed=seed,
+                   position_bits=[1 + k / 100 + seed / 2 for k in range(bins)])
+        run["curve"]["loss"] = [x + seed * 1e-3 for x in run["curve"]["loss"]]  # its own run
+        doc["runs"].append(run)
+    files.write(tmp_path / pl.FILE, doc, "length")
+    table = pl.stretch_table(pl.read(tmp_path))
+    per_bin = rule.CURVE_BIN
+    assert list(table.columns) == [f"[{lo:,}, {hi:,})" for lo, hi in pl.stretches()]
+    assert pl.stretches()[0] == (0, rule.LENGTH_CONTEXT)
+    for (lo, hi), cell in zip(pl.stretches(), table.loc["NoPE"]):
+        mean = 1 + (lo / per_bin + hi / per_bin - 1) / 200 + 0.25  # the two seeds' mean
+        assert cell == f"{mean:.3f} ± {0.5 / np.sqrt(2):.3f} (2)"
 
 
 def test_too_few_seeds_are_counted_not_judged(one_run, tmp_path) -> None:

@@ -4,6 +4,7 @@ reads past its context, the temperature hook, the queue, and the file it writes.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -51,16 +52,21 @@ def test_a_prefix_reads_as_a_shorter_window(two_windows) -> None:
 
 
 def test_read_model_gives_each_encoding_its_lengths(two_windows) -> None:
-    for encoding in ("none", "rope"):
-        out = tl.read_model(tiny_model(encoding), encoding, TINY)
-        lengths = rule.lengths_read(encoding, TINY.context)
+    # the tiny profile's context, 32, is below every length read: a learned table reads
+    # one only at the text profile's context, where it stops
+    at_context = replace(TINY, context=rule.LENGTH_CONTEXT)
+    for encoding, prof in (("none", TINY), ("rope", TINY), ("learned", at_context)):
+        torch.manual_seed(0)
+        out = tl.read_model(GPT(prof.config(encoding, 65)).eval(), encoding, prof)
+        lengths = rule.lengths_read(encoding, prof.context)
         assert sorted(map(int, out["bpc"])) == lengths
         assert sorted(map(int, out["scores"])) == lengths
         assert len(out["position_bits"]) == max(lengths) // rule.CURVE_BIN
         assert bool(out["sharpened"]) == (encoding == "none")
         for n in map(str, lengths):
-            assert len(out["scores"][n]) == len(out["ordered"][n]) == TINY.n_layer + 1
+            assert len(out["scores"][n]) == len(out["ordered"][n]) == prof.n_layer + 1
             assert all(0 <= x <= 1 for x in out["ordered"][n])
+    assert lengths == [rule.LENGTH_CONTEXT]  # the learned table's
 
 
 def test_the_queue_trains_the_compared_encodings_first() -> None:
