@@ -20,7 +20,7 @@ from plotly.subplots import make_subplots
 from nopelib.book.score_rows import make_row, model_of
 from nopelib.core import corpus
 from nopelib.results import files
-from nopelib.rules import claims, length_claims as rule
+from nopelib.rules import claims, length_claims as rule, length_kernels as kernels_rule
 from nopelib.studies.long_context import resolution
 from nopelib.training.text_lm import TEXT_PROFILES
 
@@ -56,6 +56,8 @@ class PastLength:
     todo: list  # (encoding, seed) of the queue not committed yet
     tests: pd.DataFrame | None  # length_claims's table, once it can judge
     explained: pd.DataFrame | None  # length_claims.explains's, with it
+    kernel_seeds: dict  # encoding -> the seeds the second kernel set's rerun holds
+    kernels: str  # the verdicts' footing: "one set" (native alone) or "two sets"
 
     @property
     def judged(self) -> bool:
@@ -69,7 +71,8 @@ def frames(doc: dict) -> dict[str, pd.DataFrame]:
         enc, seed = r["encoding"], r["seed"]
         runs.append(dict(encoding=enc, seed=seed, steps=r["steps"], test_bpc=r["test_bpc"],
                          train_minutes=r["train_seconds"] / 60, commit=r["made"]["commit"][:7],
-                         machine=r["made"]["machine"], date=r["made"]["date"][:10]))
+                         machine=r["made"]["machine"], date=r["made"]["date"][:10],
+                         kernels=r.get("kernels", "not recorded")))
         for n, v in r["bpc"].items():
             bpc.append(dict(encoding=enc, seed=seed, length=int(n), bpc=v,
                             sharpened=r["sharpened"].get(n, np.nan)))
@@ -87,27 +90,50 @@ def frames(doc: dict) -> dict[str, pd.DataFrame]:
             "order": pd.DataFrame(order)}
 
 
-def read(folder: Path | None = None) -> PastLength:
-    """The committed study in ``folder`` (default: the book's results), judged where it can
-    be: every encoding the rule compares holds the same ``LENGTH_MIN_SEEDS`` seeds or more."""
-    path = (files.RESULTS_DIR if folder is None else folder) / FILE
+def _parts(path: Path) -> tuple[dict | None, dict[str, pd.DataFrame], dict[str, list]]:
+    """The file at ``path`` (None if absent), its tables and its seeds per encoding."""
     doc = files.load(path) if path.is_file() else None
-    empty = {k: pd.DataFrame() for k in ("runs", "bpc", "states", "curve", "order")}
-    parts = frames(doc) if doc is not None else empty
+    names = ("runs", "bpc", "states", "curve", "order")
+    parts = frames(doc) if doc is not None else {k: pd.DataFrame() for k in names}
     have = parts["runs"]
     seeds = {e: sorted(have.loc[have.encoding == e, "seed"]) if len(have) else []
              for e in rule.LENGTH_ENCODINGS}
+    return doc, parts, seeds
+
+
+def _tests(doc: dict, parts: dict, seeds: dict) -> pd.DataFrame | None:
+    """``length_claims``'s tests where the file can be judged: every encoding it compares
+    holds the same ``LENGTH_MIN_SEEDS`` seeds or more; else None."""
+    counts = {len(seeds[e]) for e in rule.PAST_ENCODINGS}
+    if len({tuple(seeds[e]) for e in rule.PAST_ENCODINGS}) != 1 or (
+            min(counts) < rule.LENGTH_MIN_SEEDS):
+        return None
+    nope = parts["states"][parts["states"].encoding == "none"]
+    return rule.length_claims(parts["bpc"], nope, doc["provenance"]["unigram_bpc"])
+
+
+def read(folder: Path | None = None) -> PastLength:
+    """The committed study in ``folder`` (default: the book's results), judged where it can
+    be (``_tests``); where the rerun under a second kernel set holds the same seeds, each
+    verdict stands only where both sets agree (``length_kernels.across_kernels``)."""
+    folder = files.RESULTS_DIR if folder is None else folder
+    doc, parts, seeds = _parts(folder / FILE)
+    other, other_parts, kernel_seeds = _parts(folder / kernels_rule.KERNEL_FILE)
+    mine = set(parts["runs"].get("kernels", [])) - {"not recorded"}
+    theirs = set(other_parts["runs"].get("kernels", []))
+    if mine & theirs or "not recorded" in theirs:
+        raise ValueError(f"{kernels_rule.KERNEL_FILE}: its runs' kernels {sorted(theirs)} "
+                         f"must all be recorded and differ from {FILE}'s {sorted(mine)}")
     queue = [(e, s) for s in TEXT_PROFILES["text"].seeds for e in rule.LENGTH_ENCODINGS]
     todo = [(e, s) for e, s in queue if s not in seeds[e]]
-    tests = explained = None
-    counts = {len(seeds[e]) for e in rule.PAST_ENCODINGS}
-    same = len({tuple(seeds[e]) for e in rule.PAST_ENCODINGS}) == 1
-    if same and min(counts) >= rule.LENGTH_MIN_SEEDS:
-        nope = parts["states"][parts["states"].encoding == "none"]
-        tests = rule.length_claims(parts["bpc"], nope, doc["provenance"]["unigram_bpc"])
-        explained = rule.explains(tests)
+    tests = None if doc is None else _tests(doc, parts, seeds)
+    kernels = "one set"
+    if tests is not None and all(kernel_seeds[e] == seeds[e] for e in rule.PAST_ENCODINGS):
+        tests = kernels_rule.across_kernels(tests, _tests(other, other_parts, kernel_seeds))
+        kernels = "two sets"
+    explained = None if tests is None else rule.explains(tests)
     return PastLength(doc=doc, seeds=seeds, todo=todo, tests=tests, explained=explained,
-                      **parts)
+                      kernel_seeds=kernel_seeds, kernels=kernels, **parts)
 
 
 def bpc_table(study: PastLength) -> pd.DataFrame:
@@ -230,7 +256,9 @@ def length_rows(folder: Path | None = None) -> list[dict]:
     have = ", ".join(f"{NAMES[e]} {len(study.seeds[e])}" for e in rule.PAST_ENCODINGS)
     note = (f"not judged: {FILE} holds {have} of the {rule.LENGTH_MIN_SEEDS} seeds each "
             "the rule needs")
-    evidence = f"committed: {FILE}, the text-length study"
+    evidence = (f"committed: {FILE}, the text-length study, "
+                + (f"and its rerun under a second CPU kernel set ({kernels_rule.KERNEL_FILE})"
+                   if study.kernels == "two sets" else "on one CPU kernel set so far"))
     return [make_row((claim, paper, "past_length", "verdicts"), reading, model,
                      None if table is None else table[table.reading == reading], "group",
                      evidence, note)

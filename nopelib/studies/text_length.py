@@ -20,11 +20,22 @@ written into its file at once::
 
 which writes ``book/results/length_text.json``; ``--until`` starts no run that would not
 finish by then (a run stopped anyway resumes from its checkpoints at the same commit).
+
+The verdicts stand where a rerun under a second CPU kernel set agrees
+(``rules/length_kernels``); it trains the same runs in a cache of its own::
+
+    ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 \
+    NOPELIB_CACHE_DIR=~/.cache/nopelib-avx2 python -m nopelib.studies.text_length \
+        --encodings none rope alibi --out book/results/length_text_avx2.json
+
+(``ATEN_CPU_CAPABILITY=default`` on a CPU whose best is AVX2). Each run records the kernels
+it trained under, and a run cached under other kernels than the command's is refused.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,7 +53,8 @@ from nopelib.core.params import SEED, Choice, ListOf, check_args
 from nopelib.results import files as results
 from nopelib.results import guard as result_guard
 from nopelib.rules import length_claims as rule
-from nopelib.store.cache import resolve_cache_dir
+from nopelib.rules.length_kernels import KERNEL_FILE
+from nopelib.store.cache import CACHE_ENV, resolve_cache_dir
 from nopelib.store.checkpoint import RunCheckpoints
 from nopelib.store.memo import is_cached, memo
 from nopelib.studies.campaign import parse_until
@@ -157,6 +169,8 @@ def length_run(encoding: str, seed: int, profile: str) -> dict:
            "resumed_at": m["resumed_at"], "loss_curve": m["loss_curve"],
            "curve": {k: list(v) for k, v in m["curve"].items()},
            "test_bpc": bits_per_char(model, corpus.rows("test", prof.context + 1)),
+           # the float kernels it trained under: a rerun under others must not be served this
+           "kernels": torch.backends.cpu.get_cpu_capability(),
            **read_model(model, encoding, prof)}
     run["measure_seconds"] = time.perf_counter() - tic
     checkpoints.clear()
@@ -219,6 +233,11 @@ def main(argv: list[str] | None = None) -> None:
     out = results.RESULTS_DIR / f"length_{prof.name}.json" if args.out is None else args.out
     if not out.name.startswith("length_") or out.suffix != ".json":
         parser.error(f"--out={str(out)!r}: the file must be named length_<name>.json")
+    if out.name == KERNEL_FILE and not os.environ.get(CACHE_ENV):
+        # a checkpoint of the native runs would resume under the other kernels
+        parser.error(f"--out={str(out)!r} is the rerun under a second kernel set: it needs "
+                     f"{CACHE_ENV} set to a cache of its own; allowed: the command in "
+                     "the module's docstring")
     done = ({(r["encoding"], r["seed"]) for r in results.load(out)["runs"]}
             if out.is_file() else set())
     todo = [job for job in queue(args.encodings, seeds) if job not in done]
@@ -232,6 +251,11 @@ def main(argv: list[str] | None = None) -> None:
             break
         start = time.perf_counter()
         run = memo(length_run, encoding, seed, prof.name)
+        if run["kernels"] != torch.backends.cpu.get_cpu_capability():
+            raise SystemExit(f"{encoding} seed {seed}: the cache at {resolve_cache_dir()} "
+                             f"holds this run trained under {run['kernels']} kernels, not "
+                             f"{torch.backends.cpu.get_cpu_capability()}; allowed: a "
+                             "NOPELIB_CACHE_DIR of its own for each kernel set")
         prov = results.provenance(
             "python -m nopelib.studies.text_length", argv, start, profile=prof.name,
             training=prof.record(), unigram_bpc=unigram_bits(load()),

@@ -30,9 +30,11 @@ def one_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return json.loads(out.read_text())
 
 
-def study_file(one_run: dict, folder, encodings, seeds, rise: dict[str, float]) -> None:
+def study_file(one_run: dict, folder, encodings, seeds, rise: dict[str, float],
+               name: str = pl.FILE, kernels: str | None = None) -> None:
     """A file of ``one_run`` copied to every (encoding, seed), each encoding's bits rising
-    past 256 by ``rise`` per octave, written where ``read`` looks."""
+    past 256 by ``rise`` per octave, written where ``read`` looks (as ``name``; its runs
+    trained under ``kernels`` where given)."""
     rng = np.random.default_rng(0)
     doc = {"provenance": one_run["provenance"], "runs": []}
     for enc in encodings:
@@ -46,8 +48,10 @@ def study_file(one_run: dict, folder, encodings, seeds, rise: dict[str, float]) 
                 run["sharpened"][n] = run["bpc"][n] - 0.1 * octaves
             if enc != "none":
                 run["sharpened"] = {}
+            if kernels is not None:
+                run["kernels"] = kernels
             doc["runs"].append(run)
-    files.write(folder / pl.FILE, doc, "length")
+    files.write(folder / name, doc, "length")
 
 
 def test_an_empty_folder_reads_as_nothing_committed(tmp_path) -> None:
@@ -124,3 +128,38 @@ def test_a_full_study_is_judged_and_drawn(one_run, tmp_path) -> None:
     rows = {r["reading"]: r["verdict"] for r in pl.length_rows(tmp_path)}
     assert rows[rule.LENGTH_CLAIMS[0][1]] == "replicates"  # the rise holds at every length
     assert rows[rule.LENGTH_CLAIMS[2][1]] == "fails"
+
+
+def test_a_rerun_under_other_kernels_withdraws_what_it_does_not_repeat(one_run,
+                                                                        tmp_path) -> None:
+    native = {"none": 0.3, "rope": 1.5, "alibi": 0.05}
+    study_file(one_run, tmp_path, ("none", "rope", "alibi"), (0, 1, 2), native,
+               kernels="AVX512")
+    rerun = pl.kernels_rule.KERNEL_FILE
+    # a rerun that holds fewer seeds leaves the verdicts one set's
+    study_file(one_run, tmp_path, ("none", "rope", "alibi"), (0, 1), native, rerun, "AVX2")
+    study = pl.read(tmp_path)
+    assert study.kernels == "one set" and study.kernel_seeds["none"] == [0, 1]
+    assert "one CPU kernel set" in pl.length_rows(tmp_path)[0]["evidence"]
+    # the same study under AVX2: every verdict stands
+    study_file(one_run, tmp_path, ("none", "rope", "alibi"), (0, 1, 2), native, rerun, "AVX2")
+    study = pl.read(tmp_path)
+    assert study.kernels == "two sets" and set(study.tests.kernels) == {"agree"}
+    assert rerun in pl.length_rows(tmp_path)[0]["evidence"]
+    # a rerun where RoPE rises less than NoPE: that reading is withdrawn, the rest stand
+    study_file(one_run, tmp_path, ("none", "rope", "alibi"), (0, 1, 2),
+               {**native, "rope": 0.05}, rerun, "AVX2")
+    study = pl.read(tmp_path)
+    rope = study.tests[study.tests.claim == rule.LENGTH_CLAIMS[1][0]]
+    assert set(rope.verdict_native) == {"holds"} and set(rope.verdict) == {"cannot tell"}
+    rows = {r["reading"]: r["verdict"] for r in pl.length_rows(tmp_path)}
+    assert rows[rule.LENGTH_CLAIMS[1][1]] == "cannot tell"
+    assert rows[rule.LENGTH_CLAIMS[0][1]] == "replicates"
+
+
+def test_a_rerun_under_the_same_kernels_is_refused(one_run, tmp_path) -> None:
+    both = ("none", "rope", "alibi"), (0, 1, 2), {"none": 0.3, "rope": 1.5, "alibi": 0.05}
+    study_file(one_run, tmp_path, *both, kernels="AVX512")
+    study_file(one_run, tmp_path, *both, pl.kernels_rule.KERNEL_FILE, "AVX512")
+    with pytest.raises(ValueError, match="differ from"):
+        pl.read(tmp_path)

@@ -1,5 +1,6 @@
-"""The rule for text past its training length (nopelib.rules.length_claims), on tables whose
-verdicts are known by construction."""
+"""The rule for text past its training length (nopelib.rules.length_claims), and its reading
+under two CPU kernel sets (length_kernels), on tables whose verdicts are known by
+construction."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pandas as pd
 import pytest
 
 from nopelib.rules import length_claims as lc
+from nopelib.rules import length_kernels as lk
 
 SEEDS = (0, 1, 2)
 BASELINE = 4.36
@@ -106,3 +108,48 @@ def test_the_temperature_is_one_within_the_context_and_grows_past_it() -> None:
     assert np.all(np.diff(t[256:]) > 0)
     with pytest.raises(ValueError, match="T=0"):
         lc.temperature(0)
+
+
+# under two CPU kernel sets (length_kernels): a verdict stands where both give it
+
+def test_agreeing_sets_keep_every_verdict() -> None:
+    bpc, states = tables()
+    native = lc.length_claims(bpc, states, BASELINE)
+    # other kernels: other last bits, far inside the rule's margins here
+    noise = np.random.default_rng(1).normal(0, 1e-4, len(bpc))
+    other = lc.length_claims(bpc.assign(bpc=bpc.bpc + noise), states, BASELINE)
+    both = lk.across_kernels(native, other)
+    assert set(both.kernels) == {"agree"}
+    assert list(both.verdict) == list(native.verdict)
+    assert list(both[["lo", "hi"]].values.ravel()) == list(native[["lo", "hi"]].values.ravel())
+
+
+def test_a_verdict_the_sets_differ_on_is_withdrawn() -> None:
+    # natively RoPE rises more than NoPE (holds); in the rerun less (fails)
+    native = lc.length_claims(*tables(rope_rise=2.0), BASELINE)
+    other = lc.length_claims(*tables(rope_rise=0.1), BASELINE)
+    both = lk.across_kernels(native, other)
+    rope = both[both.claim == lc.LENGTH_CLAIMS[1][0]]
+    assert set(rope.verdict_native) == {"holds"} and set(rope.verdict_other) == {"fails"}
+    assert set(rope.verdict) == {"cannot tell"} and set(rope.kernels) == {"differ"}
+    rest = both[both.claim != lc.LENGTH_CLAIMS[1][0]]
+    assert (rest.verdict == rest.verdict_native).all()
+    # the explanation reads the withdrawn verdicts: nothing rests on one set alone
+    assert len(lc.explains(both)) == len(lc.explains(native))
+
+
+def test_the_rerun_can_withdraw_a_verdict_but_never_give_one() -> None:
+    undecided = lc.length_claims(*tables(nope_rise=0.02, jitter=0.3), BASELINE)
+    decided = lc.length_claims(*tables(nope_rise=0.5), BASELINE)
+    first = lc.LENGTH_CLAIMS[0][0]
+    assert "cannot tell" in set(undecided.loc[undecided.claim == first, "verdict"])
+    both = lk.across_kernels(undecided, decided)
+    kept = both[(both.claim == first) & (both.verdict_native == "cannot tell")]
+    assert len(kept) and set(kept.verdict) == {"cannot tell"}
+
+
+def test_tests_under_one_set_only_are_refused() -> None:
+    native = lc.length_claims(*tables(), BASELINE)
+    with pytest.raises(ValueError, match="tests differ"):
+        lk.across_kernels(native, native[native.group != "2048 chars"])
+    assert isinstance(lk.across_kernels(native, native), pd.DataFrame)

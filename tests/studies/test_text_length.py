@@ -13,6 +13,7 @@ import torch
 from nopelib.core.model import GPT
 from nopelib.results import files as results
 from nopelib.rules import length_claims as rule
+from nopelib.rules import length_kernels as rule_kernels
 from nopelib.studies import text_length as tl
 from nopelib.training.text_lm import REACH, TEXT_PROFILES
 
@@ -97,6 +98,23 @@ def test_no_run_starts_that_would_not_finish(tmp_path, monkeypatch, capsys) -> N
     out = tmp_path / "length_text.json"
     tl.main(["--seeds", "0", "--until", "10m", "--out", str(out)])
     assert "stopping before it" in capsys.readouterr().out and not out.exists()
+
+
+def test_the_kernel_rerun_needs_a_cache_of_its_own(tmp_path, monkeypatch, capsys,
+                                                 two_windows) -> None:
+    out = tmp_path / rule_kernels.KERNEL_FILE
+    argv = ["--profile", "text_tiny", "--encodings", "none", "--seeds", "0", "--out", str(out)]
+    monkeypatch.delenv("NOPELIB_CACHE_DIR", raising=False)
+    with pytest.raises(SystemExit):
+        tl.main(argv)
+    assert "NOPELIB_CACHE_DIR" in capsys.readouterr().err and not out.exists()
+    # a run the cache holds from other kernels is refused, not written as this set's
+    monkeypatch.setenv("NOPELIB_CACHE_DIR", str(tmp_path / "cache"))
+    native = tl.length_run("none", 0, "text_tiny")
+    monkeypatch.setattr(tl, "memo", lambda fn, *a: {**native, "kernels": "DEFAULT"})
+    with pytest.raises(SystemExit, match="kernels"):
+        tl.main(argv)
+    assert not out.exists()
 
 
 def test_bad_arguments_are_refused_naming_them(tmp_path, capsys) -> None:
