@@ -136,14 +136,18 @@ def read(folder: Path | None = None) -> PastLength:
                       kernel_seeds=kernel_seeds, kernels=kernels, **parts)
 
 
+def spread_cells(g: "pd.core.groupby.SeriesGroupBy") -> pd.Series:
+    """Per group of seeds: 'mean ± sd (n)', the sd '–' for a single seed."""
+    sd = g.std(ddof=1).map(lambda v: "–" if pd.isna(v) else f"{v:.3f}")
+    return g.mean().map(lambda v: f"{v:.3f}") + " ± " + sd + " (" + g.size().astype(str) + ")"
+
+
 def bpc_table(study: PastLength) -> pd.DataFrame:
     """Bits per character per encoding (rows) and length (columns): the mean over seeds,
     '± sd (n)' beside it; a length a model cannot read is blank."""
     if study.bpc.empty:
         return pd.DataFrame()
-    g = study.bpc.groupby(["encoding", "length"]).bpc
-    sd = g.std(ddof=1).map(lambda v: "–" if pd.isna(v) else f"{v:.3f}")  # one seed: none
-    cell = g.mean().map(lambda v: f"{v:.3f}") + " ± " + sd + " (" + g.size().astype(str) + ")"
+    cell = spread_cells(study.bpc.groupby(["encoding", "length"]).bpc)
     table = cell.unstack("length").reindex(
         [e for e in rule.LENGTH_ENCODINGS if e in set(study.bpc.encoding)])
     return table.rename(index=NAMES).fillna("")
@@ -167,10 +171,7 @@ def stretch_table(study: PastLength) -> pd.DataFrame:
     for lo, hi in stretches():
         inside = curve[(curve.position >= lo) & (curve.position < hi)]
         per_seed = inside.groupby(["encoding", "seed"]).bits.mean()  # equal-sized bins
-        g = per_seed.groupby("encoding")
-        sd = g.std(ddof=1).map(lambda v: "–" if pd.isna(v) else f"{v:.3f}")  # one seed
-        cells[f"[{lo:,}, {hi:,})"] = (g.mean().map(lambda v: f"{v:.3f}") + " ± " + sd
-                                      + " (" + g.size().astype(str) + ")")
+        cells[f"[{lo:,}, {hi:,})"] = spread_cells(per_seed.groupby("encoding"))
     table = pd.DataFrame(cells).reindex(
         [e for e in rule.LENGTH_ENCODINGS if e in set(curve.encoding)])
     return table.rename(index=NAMES).fillna("")
