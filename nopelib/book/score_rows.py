@@ -146,11 +146,12 @@ def link(page: str, anchor: str) -> str:
 
 def make_row(spec: tuple[str, str, str, str], reading: str, model: tuple[str, str],
              table: pd.DataFrame | None, by: str, evidence: str, note: str = "",
-             in_flight: Sequence[str] = (), unit: str = "") -> dict:
+             in_flight: Sequence[str] = (), unit: str = "", suffix: str = "") -> dict:
     """The scorecard row of one reading of a claim (``spec``: a PAPER_ROWS entry) on one
     ``model`` (``model_of``'s label and grid words) from the reading's ``claims.claim_table``
-    rows (None or empty: untested, ``note`` as the measurement): its groups (``by``) combined
-    by ``claims.overall``, the weakest group's interval as the measurement. ``in_flight``
+    rows (None or empty: untested, ``note`` as the measurement; a judged row never shows
+    ``note``): its groups (``by``) combined by ``claims.overall``, the weakest group's interval
+    as the measurement, ``suffix`` after it (what of the study was left out). ``in_flight``
     names the tasks the claim covers that are not in yet ("addition (still training: 2 of 5
     seeds in)"): each counts as "cannot tell" until it is in, so a claim about every task never
     reads "replicates" on the tasks that happen to be in first; and a "fails" or "partly"
@@ -190,7 +191,7 @@ def make_row(spec: tuple[str, str, str, str], reading: str, model: tuple[str, st
     if in_flight and verdict in ("fails", "partly"):
         measured += ("; provisional: the tasks to come add tests to the correction that "
                      "\"fails\" passed")
-    return dict(row, measured=measured + note, verdict=verdict, evidence=evidence,
+    return dict(row, measured=measured + suffix, verdict=verdict, evidence=evidence,
                 groups=groups)
 
 
@@ -278,7 +279,7 @@ def trained_rows(profile: str, tasks: Sequence[str]) -> tuple[list[dict], dict]:
                                                       & (verdicts.reading == reading)]
         rows.append(_tag_groups(make_row(SPECS[claim], reading, model, mine, "task", evidence,
                                          note if judged else untested + note, in_flight,
-                                         unit="tasks"), profile))
+                                         unit="tasks", suffix=note), profile))
     return rows, info
 
 

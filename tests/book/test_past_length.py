@@ -125,7 +125,9 @@ def test_a_full_study_is_judged_and_drawn(one_run, tmp_path) -> None:
     assert list(res.index) == list(range(one_run["runs"][0]["scores"]["256"].__len__()))
     assert len(pl.curves_figure(study).data) == 3
     assert len(pl.pattern_figure(study).data) == 2 * len(res.index)
-    rows = {r["reading"]: r["verdict"] for r in pl.length_rows(tmp_path)}
+    judged = pl.length_rows(tmp_path)
+    assert not any("not judged" in r["measured"] for r in judged)
+    rows = {r["reading"]: r["verdict"] for r in judged}
     assert rows[rule.LENGTH_CLAIMS[0][1]] == "replicates"  # the rise holds at every length
     assert rows[rule.LENGTH_CLAIMS[2][1]] == "fails"
 

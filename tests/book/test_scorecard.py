@@ -112,6 +112,11 @@ def test_a_row_reads_its_groups_and_names_the_weakest():
     empty = scorecard.make_row(SPEC, "r", BASE, None, "task", "committed", "no study")
     assert empty["verdict"] == "untested" and empty["measured"] == "no study"
     assert empty["groups"] is None
+    # what an untested row says is not tacked onto a judged one; a suffix is
+    judged = scorecard.make_row(SPEC, "layer 1 at least 0.8", BASE, _table(["holds"], [0.9]),
+                                "group", "live", "no study", suffix="; one task left out")
+    assert "no study" not in judged["measured"]
+    assert judged["measured"].endswith("(the claim: > 0.8); one task left out")
 
 
 def test_a_row_is_one_reading_never_two_anded():
@@ -398,6 +403,8 @@ def test_text_rows_judge_the_initialisation_live_and_the_trained_on_the_committe
     if "text_text.json" in committed:  # the trained readings are judged on it
         assert "untested" not in {r["verdict"] for r in rows[1:]}
         assert all("text_text.json" in r["evidence"] for r in rows[1:])
+        assert not any("no committed" in r["measured"] or "not judged" in r["measured"]
+                       for r in rows[1:])
     # without a committed study, or with too few seeds, the trained readings are untested
     monkeypatch.setattr(results, "load_all", lambda kind: {})
     rows = scorecard.text_rows()
