@@ -200,6 +200,21 @@ def resolution_table(study: PastLength, encoding: str = "none") -> pd.DataFrame:
                            dropna=False).round(3)
 
 
+def verdict_grid(study: PastLength) -> pd.DataFrame:
+    """The verdicts at a glance: one row per reading, one column per length, each cell the
+    reading's verdict at that length over its layers (``claims.claim_table``); blank where
+    the reading is not read at that length; empty before the study is judged."""
+    if study.tests is None:
+        return pd.DataFrame()
+    table = claims.claim_table(study.tests, by="group")
+    grid = table.pivot(index="claim", columns="group", values="verdict")
+    columns = [f"{n} chars" for n in rule.LENGTH_LENGTHS if f"{n} chars" in grid.columns]
+    order = [c for c, _ in rule.LENGTH_CLAIMS if c in grid.index]
+    grid = grid.reindex(index=order, columns=columns).fillna("")
+    grid.index = [c.removeprefix("beyond: past the length, ") for c in grid.index]
+    return grid.rename_axis(index="reading", columns="length")
+
+
 def curves_figure(study: PastLength) -> go.Figure:
     """Bits per character by position (bins of ``CURVE_BIN``), the mean over seeds per
     encoding, the training context marked."""

@@ -59,7 +59,7 @@ def test_an_empty_folder_reads_as_nothing_committed(tmp_path) -> None:
     assert study.doc is None and not study.judged
     assert len(study.todo) == len(rule.LENGTH_ENCODINGS) * 3
     assert pl.bpc_table(study).empty and pl.resolution_table(study).empty
-    assert pl.stretch_table(study).empty
+    assert pl.stretch_table(study).empty and pl.verdict_grid(study).empty
     assert len(pl.curves_figure(study).data) == 0 and pl.sharpened_table(study).empty
     rows = pl.length_rows(tmp_path)
     assert len(rows) == len(rule.LENGTH_CLAIMS)
@@ -116,6 +116,13 @@ def test_a_full_study_is_judged_and_drawn(one_run, tmp_path) -> None:
     assert set(study.tests.loc[study.tests.claim == rule.LENGTH_CLAIMS[2][0],
                                "verdict"]) == {"fails"}
     assert len(study.explained) == 3
+    grid = pl.verdict_grid(study)
+    assert list(grid.columns) == [f"{n} chars" for n in rule.LENGTH_LENGTHS]
+    assert len(grid) == len(rule.LENGTH_CLAIMS)
+    rise_row, rope_row, alibi_row = (grid.iloc[i] for i in range(3))
+    assert rise_row["256 chars"] == "" and set(rise_row[1:]) == {"holds"}
+    assert set(rope_row[1:]) == {"holds"} and set(alibi_row[1:]) == {"fails"}
+    assert grid.iloc[5]["256 chars"] != ""  # the pattern is read within the context too
     table = pl.bpc_table(study)
     assert list(table.index) == ["NoPE", "RoPE", "ALiBi"]
     assert table.loc["NoPE", 256].endswith("(3)")
