@@ -143,19 +143,22 @@ def runs_table(s: TrainedStudy) -> pd.DataFrame:
 
 def campaign_table(ledger: Mapping, s: TrainedStudy) -> pd.DataFrame:
     """The campaign's queue (its ledger ``ledger``) against the study ``s``, one row per run:
-    'committed' where its task's file holds the seed, else 'in flight' with the furthest step
-    a CPU sitting reached (a GPU sitting's unfinished run keeps no checkpoint: its steps are
-    lost), or 'queued'; and the sittings' wall hours on it, on any device."""
+    'committed' where its task's file holds the seed, else 'in flight' with the step its
+    latest CPU sitting reached, where its checkpoint stands (a GPU sitting's unfinished run
+    keeps no checkpoint), or 'queued'; the steps lost to machine changes; and the sittings'
+    wall hours on it, on any device. The ledger's records are in the order of their
+    sittings."""
     rows = []
     for task, seed in ledger["provenance"]["queue"]:
         mine = [r for r in ledger["runs"] if r["task"] == task and r["seed"] == seed]
         done = task in s.docs and seed in {r["seed"] for r in s.docs[task]["runs"]}
         kept = [r["to_step"] for r in mine if r.get("device", "cpu") == "cpu"]
-        step = max(kept, default=None)
         state = "committed" if done else "in flight" if mine else "queued"
         hours = sum(r["wall_seconds"] for r in mine) / 3600
+        lost = sum(r["steps_lost"] for r in mine)
         rows.append({"task": task, "seed": seed, "state": state,
-                     "step reached": "" if step is None else f"{step:,}",
+                     "step reached": f"{kept[-1]:,}" if kept else "",
+                     "steps lost": f"{lost:,}" if mine else "",
                      "hours so far": f"{hours:.1f}" if mine else ""})
     return pd.DataFrame(rows).set_index(["task", "seed"])
 
