@@ -144,6 +144,13 @@ def link(page: str, anchor: str) -> str:
     return f'<a href="{page}.html#{anchor}">{page.replace("_", " ")}</a>'
 
 
+def layer_suffix(group: str, layer: int, sep: str = ", ") -> str:
+    """What a test's label adds to its group's name: ``sep`` and its layer, unless the group
+    names its layer already (a probe's) or the test reads the model as a whole (layer -1, as
+    the rules write it: a loss, a rise in bits per character)."""
+    return "" if "layer" in group or layer < 0 else f"{sep}layer {layer}"
+
+
 def make_row(spec: tuple[str, str, str, str], reading: str, model: tuple[str, str],
              table: pd.DataFrame | None, by: str, evidence: str, note: str = "",
              in_flight: Sequence[str] = (), unit: str = "", suffix: str = "") -> dict:
@@ -176,9 +183,7 @@ def make_row(spec: tuple[str, str, str, str], reading: str, model: tuple[str, st
     more = f"{len(in_flight)} more task" + ("s" if len(in_flight) > 1 else "")
     waiting = f"; cannot tell yet on {more}: {', '.join(in_flight)}" if in_flight else ""
     side = ">" if worst["above"] else "<"
-    where = str(worst[by])  # a probe's group names its layer already
-    if "layer" not in where:
-        where += f", layer {int(worst['weakest_layer'])}"
+    where = str(worst[by]) + layer_suffix(str(worst[by]), int(worst["weakest_layer"]))
     measured = (f"{tally} of {len(per_group)}{' ' + unit if unit else ''}{waiting}; "
                 f"nearest to failing: {where}, "
                 f"{worst['mean']:.3f} [{worst['lo']:.3f}, "

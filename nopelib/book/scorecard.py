@@ -39,8 +39,8 @@ from nopelib.book.beyond_rows import beyond_rows, long_rows, text_rows
 from nopelib.book.past_length import length_rows
 from nopelib.book import chapters
 from nopelib.book.score_rows import (COLUMNS, INSIDE, OUTSIDE, PAPER_ROWS, PARTLY, SPECS,
-                                     TRAINED_PROFILES, VERDICTS, init_rows, make_row,
-                                     probe_rows, trained_rows)
+                                     TRAINED_PROFILES, VERDICTS, init_rows, layer_suffix,
+                                     make_row, probe_rows, trained_rows)
 from nopelib.rules import beyond_claims
 from nopelib.training.profiles import PROFILES
 
@@ -245,8 +245,8 @@ def claim_margins(groups: pd.DataFrame, title: str) -> go.Figure:
     ends = np.sort(np.stack([sign * (groups["lo"] - groups["bound"]),
                              sign * (groups["hi"] - groups["bound"])]), axis=0)
     group = groups["group"].astype(str)
-    layer = np.where(group.str.contains("layer"), "",
-                     " · layer " + groups["weakest_layer"].astype(str))
+    layer = pd.Series([layer_suffix(g, int(n), " · ")
+                       for g, n in zip(group, groups["weakest_layer"])], index=group.index)
     labels = (groups["claim"].str.split(":").str[0] + " · " + group + layer).to_numpy()
     fig = go.Figure()
     for verdict, colour in VERDICT_COLOURS.items():

@@ -105,6 +105,9 @@ def test_a_row_reads_its_groups_and_names_the_weakest():
     undecided = scorecard.make_row(SPEC, "layer 1 at least 0.8", BASE,
                                _table(["holds", "cannot tell"], [0.9, 0.8]), "group", "live")
     assert undecided["verdict"] == "cannot tell"
+    whole = _table(["holds"], [0.9]).assign(group="512 chars", weakest_layer=-1)
+    assert "nearest to failing: 512 chars, 0.900" in scorecard.make_row(
+        SPEC, "layer 1 at least 0.8", BASE, whole, "group", "live")["measured"]
     probe = _table(["holds"], [0.9]).assign(group="random init, layer 2")
     named = scorecard.make_row(SPEC, "layer 1 at least 0.8", BASE, probe, "group",
                            "live")["measured"]
@@ -361,6 +364,9 @@ def test_the_margins_figure_puts_the_claims_side_to_the_right():
     assert undecided.x[0] == pytest.approx(0.05)
     assert undecided.error_x.arrayminus[0] == pytest.approx(0.07)
     assert undecided.y[0] == "3 · mean 0, sigma 0.2 · layer 2"
+    whole = groups.assign(weakest_layer=[-1, 2], group=["512 chars", "random init, layer 2"])
+    assert sorted(y for t in scorecard.claim_margins(whole, "t").data for y in t.y) == [
+        "1 · 512 chars", "3 · random init, layer 2"]  # a whole-model test names no layer
 
 
 def test_the_provenance_box_names_what_the_page_depends_on():
