@@ -57,6 +57,7 @@ class PastLength:
     tests: pd.DataFrame | None  # length_claims's table, once it can judge
     explained: pd.DataFrame | None  # length_claims.explains's, with it
     kernel_seeds: dict  # encoding -> the seeds the second kernel set's rerun holds
+    kernel_bpc: pd.DataFrame  # the rerun's bpc, as ``bpc``
     kernels: str  # the verdicts' footing: "one set" (native alone) or "two sets"
 
     @property
@@ -133,7 +134,8 @@ def read(folder: Path | None = None) -> PastLength:
         kernels = "two sets"
     explained = None if tests is None else rule.explains(tests)
     return PastLength(doc=doc, seeds=seeds, todo=todo, tests=tests, explained=explained,
-                      kernel_seeds=kernel_seeds, kernels=kernels, **parts)
+                      kernel_seeds=kernel_seeds, kernel_bpc=other_parts["bpc"],
+                      kernels=kernels, **parts)
 
 
 def spread_cells(g: "pd.core.groupby.SeriesGroupBy") -> pd.Series:
@@ -151,6 +153,27 @@ def bpc_table(study: PastLength) -> pd.DataFrame:
     table = cell.unstack("length").reindex(
         [e for e in rule.LENGTH_ENCODINGS if e in set(study.bpc.encoding)])
     return table.rename(index=NAMES).fillna("")
+
+
+def kernel_table(study: PastLength) -> pd.DataFrame:
+    """The rerun under the second kernel set beside the seeds' spread: per encoding and
+    length (rows), the native runs' sd over seeds, then for each seed the rerun holds its
+    bits per character under the second set minus the native run's of that seed; empty
+    before the rerun holds a run."""
+    if study.kernel_bpc.empty:
+        return pd.DataFrame()
+    keys = ["encoding", "seed", "length"]
+    both = study.kernel_bpc.merge(study.bpc, on=keys, suffixes=("_rerun", ""),
+                                  validate="one_to_one")
+    both = both.assign(difference=both.bpc_rerun - both.bpc)
+    diff = both.pivot_table(index=["encoding", "length"], columns="seed",
+                            values="difference")
+    diff.columns = [f"seed {s}: rerun − native" for s in diff.columns]
+    sd = study.bpc.groupby(["encoding", "length"]).bpc.std(ddof=1).rename("sd over seeds")
+    table = diff.join(sd).iloc[:, [-1, *range(len(diff.columns))]]
+    order = [e for e in rule.LENGTH_ENCODINGS if e in set(both.encoding)]
+    table = table.reindex(order, level="encoding").round(3) + 0.0  # no "-0.000"
+    return table.rename(index=NAMES, level="encoding")
 
 
 def stretches() -> list[tuple[int, int]]:

@@ -172,3 +172,31 @@ def test_a_rerun_under_the_same_kernels_is_refused(one_run, tmp_path) -> None:
     study_file(one_run, tmp_path, *both, pl.kernels_rule.KERNEL_FILE, "AVX512")
     with pytest.raises(ValueError, match="differ from"):
         pl.read(tmp_path)
+
+
+def test_the_kernel_table_gives_each_rerun_seed_against_its_native_run(one_run,
+                                                                     tmp_path) -> None:
+    rises = {"none": 0.3, "rope": 1.5, "alibi": 0.05}
+    both = ("none", "rope", "alibi"), (0, 1, 2), rises
+    study_file(one_run, tmp_path, *both, kernels="AVX512")
+    assert pl.kernel_table(pl.read(tmp_path)).empty
+    # the rerun repeats the native bits (the same draws), but seed 1 of RoPE reads 0.05 more
+    rerun = pl.kernels_rule.KERNEL_FILE
+    study_file(one_run, tmp_path, *both, rerun, "AVX2")
+    doc = files.load(tmp_path / rerun)
+    for run in doc["runs"]:
+        if (run["encoding"], run["seed"]) == ("rope", 1):
+            run["bpc"] = {n: v + 0.05 for n, v in run["bpc"].items()}
+    files.write(tmp_path / rerun, doc, "length")
+    study = pl.read(tmp_path)
+    table = pl.kernel_table(study)
+    lengths = sorted(int(n) for n in one_run["runs"][0]["bpc"])
+    assert list(table.index) == [(pl.NAMES[e], n) for e in both[0] for n in lengths]
+    assert list(table.columns) == ["sd over seeds"] + [
+        f"seed {s}: rerun − native" for s in (0, 1, 2)]
+    shifted = table.loc["RoPE", "seed 1: rerun − native"]
+    assert np.allclose(shifted, 0.05)
+    others = table.drop(columns=["sd over seeds", "seed 1: rerun − native"])
+    assert np.allclose(others, 0) and np.allclose(table.loc["NoPE"].iloc[:, 1:], 0)
+    sd = study.bpc.groupby(["encoding", "length"]).bpc.std(ddof=1)
+    assert np.allclose(table.loc["ALiBi", "sd over seeds"], sd["alibi"].round(3))
