@@ -196,6 +196,21 @@ def git_commit() -> str:
         return "unknown"
 
 
+def cpu_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model as the OS names it ('AMD EPYC (x86_64)'): the first 'model name'
+    of ``cpuinfo`` on Linux, else what ``platform`` knows. Two machines that print the same
+    node name and core count can have other CPUs, and so other float kernels."""
+    arch = platform.machine() or "unknown architecture"
+    try:
+        lines = cpuinfo.read_text(errors="replace").splitlines()
+    except OSError:
+        lines = []
+    names = [ln.split(":", 1)[1].strip() for ln in lines
+             if ln.split(":", 1)[0].strip() == "model name" and ":" in ln]
+    name = names[0] if names and names[0] else platform.processor()
+    return f"{name} ({arch})" if name and name != arch else arch
+
+
 def provenance(prog: str, argv: list[str] | None, start: float, **extra: Any) -> dict:
     """Where a hand-run study's numbers come from: the command, the git commit, the machine,
     the torch version, the wall time since ``start`` (a perf_counter reading), the date, and
@@ -204,7 +219,7 @@ def provenance(prog: str, argv: list[str] | None, start: float, **extra: Any) ->
     return {
         "command": f"{prog} " + " ".join(argv if argv is not None else sys.argv[1:]),
         "commit": git_commit(),
-        "machine": f"{platform.node()}: {platform.processor() or platform.machine()}, "
+        "machine": f"{platform.node()}: {cpu_name()}, "
                    f"{os.cpu_count()} cores, GPU: {gpu}",
         "torch": torch.__version__,
         "wall_seconds": round(time.perf_counter() - start, 1),

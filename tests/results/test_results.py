@@ -382,3 +382,18 @@ def test_a_key_given_twice_is_refused(tmp_path):
     with pytest.raises(results.ResultsError, match="the key 'scale' appears twice") as err:
         results.load(path)
     assert str(path) in str(err.value)
+
+
+def test_the_machine_names_its_cpu(tmp_path, monkeypatch):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9R14\n"
+                    "processor\t: 1\nmodel name\t: AMD EPYC 9R14\n")
+    monkeypatch.setattr(results.platform, "machine", lambda: "x86_64")
+    assert results.cpu_name(info) == "AMD EPYC 9R14 (x86_64)"
+    # no cpuinfo (macOS, Windows): what platform knows, the architecture at least
+    monkeypatch.setattr(results.platform, "processor", lambda: "arm")
+    assert results.cpu_name(tmp_path / "absent") == "arm (x86_64)"
+    monkeypatch.setattr(results.platform, "processor", lambda: "")
+    assert results.cpu_name(tmp_path / "absent") == "x86_64"
+    machine = results.provenance("test", [], 0.0)["machine"]
+    assert results.cpu_name() in machine and f"{os.cpu_count()} cores" in machine
