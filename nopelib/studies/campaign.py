@@ -195,8 +195,11 @@ def on_cpu(run: dict) -> bool:
 
 
 def reached_before(ledger: Sequence[dict], key: str) -> int:
-    """The furthest step a CPU sitting in ``ledger`` (its run records) reached on ``key``."""
-    return max((r["to_step"] for r in ledger if r["key"] == key and on_cpu(r)), default=0)
+    """The step the latest CPU sitting in ``ledger`` (its run records, in sitting order) left
+    ``key`` at: where its newest checkpoint stands, if this machine is that one. Not the
+    furthest step any sitting reached: after a machine change the run starts again, and a
+    later change loses only what was trained since."""
+    return next((r["to_step"] for r in reversed(ledger) if r["key"] == key and on_cpu(r)), 0)
 
 
 def elsewhere(ledger: Sequence[dict], todo: Sequence[tuple[str, int]]) -> list[str]:

@@ -168,3 +168,13 @@ def test_a_run_left_in_flight_under_other_training_sources_names_its_commit():
     assert "step 500" in line and "cccccccccccc" in line and "clone at that commit" in line
     assert campaign.elsewhere([{**moved, "finished": True}], [("ordering", 0)]) == []
     assert campaign.elsewhere([moved], [("indexing", 0)]) == []
+
+
+def test_a_second_machine_change_loses_what_was_trained_since_the_first():
+    # 35,651 steps, a new machine (from 0, lost 35,651), 9,641 steps, another new machine:
+    # this start loses the 9,641, not 35,651 again
+    ledger = [{"key": "k", "to_step": 35_651}, {"key": "k", "to_step": 9_641},
+              {"key": "other", "to_step": 50_000},
+              {"key": "k", "to_step": 70_000, "device": "cuda"}]  # no checkpoint returns
+    assert campaign.reached_before(ledger, "k") == 9_641
+    assert campaign.reached_before(ledger, "none yet") == 0
