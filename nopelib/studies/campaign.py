@@ -175,17 +175,13 @@ class Flight:
 
 def stop(process: subprocess.Popen) -> None:
     """End a run's process group (trained_study and its worker), politely first."""
-    for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 20)):
+    for sig in (signal.SIGTERM, signal.SIGKILL):
         if process.poll() is not None:
             return
-        try:
+        with suppress(ProcessLookupError):  # the group is gone: the wait returns at once
             os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(wait)
-        except subprocess.TimeoutExpired:
-            continue
+        with suppress(subprocess.TimeoutExpired):
+            process.wait(20)
 
 
 def on_cpu(run: dict) -> bool:
